@@ -1,0 +1,3 @@
+"""fedsim: a federated-learning simulator for personalized-FL research."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,163 @@
+"""The algorithm seam: server math and client-side behaviour of one FL algorithm.
+
+An algorithm is pure torch and picklable; it never imports Ray and never runs a training
+loop. The runtime calls it in this order each round (FedJAX's init/apply, split the way
+pfl-research splits algorithm from backend):
+
+driver   ``broadcast(state)`` once per round, ``client_payload(state, client)`` per client
+worker   ``client_start``  -> a ``ClientPlan`` (parameters to evaluate with and train from,
+                              and the client terms the LightningModule calls while training)
+worker   ``client_finish`` -> a ``ClientUpdate`` (weighted sums the worker accumulates,
+                              an optional individual upload, the client's new private state)
+driver   ``aggregate(state, sums, individual, round)`` -> new server state
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from lightning_modules.flat_params import ParamLayout
+from lightning_modules.hooks import ClientTerms
+
+ServerState = dict[str, Any]
+ClientState = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """What the algorithm may know about a client: its id and its own data statistics."""
+
+    client: int
+    num_train: int
+    class_counts: np.ndarray  # (K,) training samples per class
+    round: int
+
+    @property
+    def class_proportions(self) -> np.ndarray:
+        return self.class_counts / max(int(self.class_counts.sum()), 1)
+
+
+@dataclass
+class FederationInfo:
+    """Static facts about the federation, given to the algorithm at construction."""
+
+    layout: ParamLayout
+    num_clients: int
+    num_classes: int
+    train_sizes: np.ndarray  # (num_clients,)
+    class_counts: np.ndarray  # (num_clients, K) training samples per class
+    head_names: list[str]  # parameters of the output layer
+    block_names: list[str]  # named blocks bottom -> top
+    block_parameters: dict[str, list[str]]  # block -> parameter names
+
+
+@dataclass
+class ClientPlan:
+    """How one client runs this round: evaluate with ``eval_params``, train from ``train_params``."""
+
+    train_params: torch.Tensor
+    eval_params: torch.Tensor | None = None  # None: evaluate with train_params
+    terms: ClientTerms | None = None
+    context: dict[str, Any] = field(default_factory=dict)  # carried to client_finish
+
+
+@dataclass
+class ClientUpdate:
+    """What a client returns: ``sums[key] = (weight, value)`` is reduced as a weighted sum."""
+
+    sums: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
+    individual: Any = None  # uploaded as is (algorithms that need every model)
+    state: ClientState | None = None  # the client's new private state (None: unchanged)
+
+
+@dataclass
+class WeightedSum:
+    """Running sum_i w_i x_i and sum_i w_i, in float64 so reduction order does not matter."""
+
+    weight: float = 0.0
+    value: torch.Tensor | None = None
+
+    def add(self, weight: float, value: torch.Tensor) -> None:
+        term = value.detach().to(torch.float64) * weight
+        self.value = term if self.value is None else self.value.add_(term)
+        self.weight += float(weight)
+
+    def merge(self, other: WeightedSum) -> None:
+        if other.value is None:
+            return
+        self.value = other.value.clone() if self.value is None else self.value.add_(other.value)
+        self.weight += other.weight
+
+    def mean(self) -> torch.Tensor:
+        """sum w x / sum w, as float32."""
+        return (self.value / self.weight).to(torch.float32)
+
+
+def merge_sums(parts: list[dict[str, WeightedSum]]) -> dict[str, WeightedSum]:
+    """Combine per-worker partial aggregates, in the given (fixed) order."""
+    total: dict[str, WeightedSum] = {}
+    for part in parts:
+        for key, ws in part.items():
+            total.setdefault(key, WeightedSum()).merge(ws)
+    return total
+
+
+@dataclass
+class AlgorithmParams:
+    """Algorithm-specific config keys (``algorithm.<key>``); subclasses add fields."""
+
+
+class Algorithm:
+    """Base class: override what differs (Flower's economy: FedProx(FedAvg) is a few lines)."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+
+    def __init__(self, params: AlgorithmParams, federation: FederationInfo):
+        self.params = params
+        self.federation = federation
+
+    # --- driver side ---
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        """Server state from the initial model (flat vector)."""
+        return {"params": initial_params.clone()}
+
+    def broadcast(self, state: ServerState) -> dict[str, Any]:
+        """What every client of the round downloads (sent once per worker)."""
+        return {"params": state["params"]}
+
+    def client_payload(self, state: ServerState, client: int) -> dict[str, Any]:
+        """Per-client extras beyond the broadcast (default: none)."""
+        return {}
+
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        """New server state from the reduced client sums (and individual uploads)."""
+        return state
+
+    # --- worker side ---
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        return ClientPlan(train_params=broadcast["params"])
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        return ClientUpdate()
+
+    # --- facts the runtime needs ---
+    uses_client_state: ClassVar[bool] = False  # whether clients keep private state

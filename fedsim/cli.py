@@ -1,0 +1,66 @@
+"""``fedsim run CONFIG [key=value ...] [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from fedsim.config import load_config
+from fedsim.errors import ClientFailureError, ConfigError
+
+
+def summary_table(summary: dict, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("", "round", "acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss"):
+        table.add_column(col, justify="right")
+    for which in ("best", "final"):
+        row = summary.get(which) or {}
+        if row:
+            table.add_row(
+                which,
+                str(row["round"]),
+                *(f"{row[k]:.4f}" for k in ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")),
+            )
+    return table
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedsim.experiment import run_experiment
+
+    cfg = load_config(args.config, args.overrides)
+    result = run_experiment(cfg, args.out, progress=not args.no_progress)
+    console = Console()
+    console.print(summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}"))
+    console.print(f"results in {result.run_dir}/")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedsim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment from a YAML config")
+    run.add_argument("config", help="YAML experiment config")
+    run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rounds=50 client.lr=0.01")
+    run.add_argument("--out", default=None, help="run folder (default runs/<name>)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        print(f"fedsim: error: {err}", file=sys.stderr)
+        return 2
+    except ClientFailureError as err:
+        print(f"fedsim: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Typed experiment config: YAML + dotted ``key=value`` overrides, validated before any work.
+
+Every error is a ``ConfigError`` naming the dotted key, the value and what is allowed.
+The ``algorithm`` section holds ``name`` plus the chosen algorithm's own keys, validated
+against that algorithm's ``Params`` dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsim.errors import ConfigError
+
+
+@dataclass
+class PartitionConfig:
+    name: str = "dirichlet"  # iid | dirichlet | pathological
+    alpha: float = 0.1  # Dirichlet concentration (dirichlet)
+    classes_per_client: int = 2  # k (pathological)
+
+
+@dataclass
+class DataConfig:
+    name: str = "mnist-5k"
+    root: str = "data"
+    num_clients: int = 20
+    train_ratio: float = 0.75
+    download: bool = True
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "fedavg_cnn"
+
+
+@dataclass
+class ClientConfig:
+    epochs: int = 1
+    lr: float = 0.005
+    batch_size: int = 10
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    eval_batch_size: int = 500
+
+
+@dataclass
+class RuntimeConfig:
+    executor: str = "local"  # local | ray
+    workers: int | None = None  # None: fill the machine
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    address: str | None = None  # "auto" or a cluster address; None: start a local Ray
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "fedavg"
+    params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"
+    seed: int = 0
+    rounds: int = 20
+    join_ratio: float = 1.0
+    eval_every: int = 1
+    max_failed_fraction: float = 0.5  # stop if more of a cohort has non-finite losses
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
+        out = dataclasses.asdict(self)
+        params = out["algorithm"].pop("params") or {}
+        out["algorithm"].update(params)
+        return out
+
+
+# --- value checks: key -> (predicate, what is allowed) ---
+_CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    "rounds": (lambda v: v >= 1, "must be >= 1"),
+    "join_ratio": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "eval_every": (lambda v: v >= 1, "must be >= 1"),
+    "max_failed_fraction": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "data.num_clients": (lambda v: v >= 1, "must be >= 1"),
+    "data.train_ratio": (lambda v: 0 < v < 1, "must be in (0, 1)"),
+    "data.partition.name": (
+        lambda v: v in ("iid", "dirichlet", "pathological"),
+        "allowed: iid, dirichlet, pathological",
+    ),
+    "data.partition.alpha": (lambda v: v > 0, "must be > 0"),
+    "data.partition.classes_per_client": (lambda v: v >= 1, "must be >= 1"),
+    "client.epochs": (lambda v: v >= 1, "must be >= 1"),
+    "client.lr": (lambda v: v > 0, "must be > 0"),
+    "client.batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "client.momentum": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "client.weight_decay": (lambda v: v >= 0, "must be >= 0"),
+    "client.eval_batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
+    "runtime.workers": (lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"),
+    "runtime.cpus_per_worker": (lambda v: v > 0, "must be > 0"),
+    "runtime.gpus_per_worker": (lambda v: v >= 0, "must be >= 0 (fractions allowed)"),
+}
+
+
+def _type_name(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if args:
+        return " or ".join(names.get(a, str(a)) for a in args) + " or null"
+    return names.get(tp, str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(key, value, inner[0])
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(tp)
+    if ok is None or tp is Any:
+        return value
+    if not ok:
+        raise ConfigError(key, value, f"must be {_type_name(tp)}")
+    return float(value) if tp is float else value
+
+
+def build_dataclass(
+    cls: type, raw: dict[str, Any], prefix: str = "", also_allowed: tuple[str, ...] = ()
+) -> Any:
+    """Build ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(prefix.rstrip(".") or "config", raw, "must be a mapping of keys")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            allowed = ", ".join(sorted(fields | set(also_allowed)))
+            raise ConfigError(f"{prefix}{key}", raw[key], f"unknown key (allowed: {allowed})")
+    kwargs = {}
+    for name in fields:
+        if name not in raw:
+            continue
+        tp, value, key = hints[name], raw[name], f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build_dataclass(tp, value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(key, value, tp)
+            if key in _CHECKS and not _CHECKS[key][0](kwargs[name]):
+                raise ConfigError(key, value, _CHECKS[key][1])
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``a.b=value`` -> ("a.b", YAML-typed value)."""
+    if "=" not in text:
+        raise ConfigError("override", text, "expected key=value, e.g. rounds=50")
+    key, _, value = text.partition("=")
+    return key.strip(), yaml.safe_load(value) if value.strip() else None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict (unknown keys are caught by ``build_dataclass``)."""
+    for text in overrides:
+        key, value = parse_override(text)
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(key, value, f"{part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
+    """Validate a nested dict into an ExperimentConfig (algorithm params included)."""
+    from fedsim.algorithms.registry import get_algorithm_class
+
+    raw = dict(raw or {})
+    algo_raw = dict(raw.pop("algorithm", None) or {})
+    name = algo_raw.pop("name", AlgorithmConfig.name)
+    if not isinstance(name, str):
+        raise ConfigError("algorithm.name", name, "must be a string")
+    cfg = build_dataclass(ExperimentConfig, raw)
+    algo_cls = get_algorithm_class(name)
+    params = build_dataclass(algo_cls.Params, algo_raw, "algorithm.", ("name",))
+    cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    return cfg
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML file (or start from defaults), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("config", str(path), "file not found")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError("config", str(path), f"not valid YAML ({err.__class__.__name__})")
+        if not isinstance(raw, dict):
+            raise ConfigError("config", str(path), "must be a YAML mapping")
+    return config_from_dict(apply_overrides(raw, overrides or []))

@@ -1,0 +1,42 @@
+"""The sink seam: the simulation hands every sink the same records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ClientRow:
+    client: int
+    round: int
+    accuracy: float
+    loss: float
+    n: int  # test samples
+    classes: int  # classes present in the client's training data
+
+
+@dataclass
+class RoundRecord:
+    """One round: its summary metrics (``summary``) and per-client evaluations."""
+
+    round: int
+    summary: dict[str, Any]
+    clients: list[ClientRow] = field(default_factory=list)
+
+
+class Sink:
+    """Receives the run's life: start, every round, the end. Methods default to no-ops."""
+
+    def start(self, run_dir: Path, config: dict[str, Any], partition: dict[str, Any]) -> None:
+        """Called once before round 0."""
+
+    def log_round(self, record: RoundRecord) -> None:
+        """Called after every round."""
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Called once at the end, with the ``{"best", "final"}`` summary."""
+
+    def close(self) -> None:
+        """Release resources, also after an error."""

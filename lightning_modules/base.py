@@ -1,0 +1,73 @@
+"""FLModule: a LightningModule whose training step calls an algorithm's client terms."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from lightning_modules.hooks import ClientTerms
+
+
+class FLModule(pl.LightningModule):
+    """Base for every fedsim model: CE loss + client terms, SGD, and named blocks.
+
+    Subclasses define ``forward`` and ``block_names`` (bottom to top; the last block is the
+    head, i.e. the output layer). fedsim drives ``training_step`` and
+    ``on_before_optimizer_step`` from a lean loop inside its workers; the module also trains
+    under a plain ``pl.Trainer``.
+    """
+
+    def __init__(self, lr: float = 0.005, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__()
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.client_terms: ClientTerms | None = None
+
+    # --- blocks: the named split of parameters that FedPer, cwFedAvg... use ---
+    block_names: tuple[str, ...] = ()
+
+    def block_parameters(self, block: str) -> list[str]:
+        """Names of the parameters (and float buffers) that belong to ``block``."""
+        names = [n for n, _ in self.named_parameters() if n.split(".")[0] == block]
+        names += [
+            n for n, b in self.named_buffers() if n.split(".")[0] == block and b.is_floating_point()
+        ]
+        return names
+
+    def head_parameters(self, num_blocks: int = 1) -> list[str]:
+        """Parameter names of the top ``num_blocks`` blocks (1 = the output layer)."""
+        return [n for b in self.block_names[-num_blocks:] for n in self.block_parameters(b)]
+
+    def body_parameters(self, num_head_blocks: int = 1) -> list[str]:
+        """Parameter names below the top ``num_head_blocks`` blocks."""
+        head = set(self.head_parameters(num_head_blocks))
+        return [n for b in self.block_names for n in self.block_parameters(b) if n not in head]
+
+    # --- training ---
+    def param_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.named_parameters())
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int = 0):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        if self.client_terms is not None:
+            extra = self.client_terms.loss(self.param_dict())
+            if extra is not None:
+                loss = loss + extra
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.client_terms is not None:
+            self.client_terms.correct_gradients(self.param_dict())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(
+            self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
+        )
+
+    # --- evaluation under a plain Trainer ---
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int = 0):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", F.cross_entropy(logits, y), prog_bar=True)
+        self.log("val_acc", (logits.argmax(1) == y).float().mean(), prog_bar=True)

@@ -1,0 +1,39 @@
+"""FedAvgCNN with PFLlib's exact shapes (gray 28x28: dim 1024; colour 32x32: dim 1600)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lightning_modules.base import FLModule
+
+
+class FedAvgCNN(FLModule):
+    """Conv5-32 -> pool -> Conv5-64 -> pool -> FC512 -> FC(K), as PFLlib's ``FedAvgCNN``."""
+
+    block_names = ("conv1", "conv2", "fc1", "fc")
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int = 28,
+        lr: float = 0.005,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ):
+        super().__init__(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        side = ((image_size - 4) // 2 - 4) // 2
+        dim = 64 * side * side
+        self.conv1 = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+        )
+        self.conv2 = nn.Sequential(
+            nn.Conv2d(32, 64, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+        )
+        self.fc1 = nn.Sequential(nn.Linear(dim, 512), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv2(self.conv1(x))
+        return self.fc(self.fc1(torch.flatten(x, 1)))

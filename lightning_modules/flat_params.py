@@ -1,0 +1,83 @@
+"""One contiguous float32 buffer per model: parameters travel and aggregate as flat vectors.
+
+``bind_flat_parameters`` re-points every parameter (and float buffer) of a module at a view
+of one flat tensor, so loading a client's model is one ``copy_`` and reading it back is one
+``clone`` — no state_dict pickling, no per-tensor loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ParamEntry:
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+    numel: int
+
+
+class ParamLayout:
+    """Names, shapes and offsets of a module's float state inside its flat vector."""
+
+    def __init__(self, entries: list[ParamEntry]):
+        self.entries = entries
+        self.by_name = {e.name: e for e in entries}
+        self.total = sum(e.numel for e in entries)
+
+    @classmethod
+    def from_module(cls, module: nn.Module) -> ParamLayout:
+        entries, offset = [], 0
+        for name, tensor in _float_state(module):
+            entries.append(ParamEntry(name, tuple(tensor.shape), offset, tensor.numel()))
+            offset += tensor.numel()
+        return cls(entries)
+
+    def slice_of(self, name: str) -> slice:
+        e = self.by_name[name]
+        return slice(e.offset, e.offset + e.numel)
+
+    def mask(self, names: list[str]) -> torch.Tensor:
+        """Boolean mask over the flat vector selecting ``names``."""
+        mask = torch.zeros(self.total, dtype=torch.bool)
+        for name in names:
+            mask[self.slice_of(name)] = True
+        return mask
+
+    def view(self, flat: torch.Tensor, name: str) -> torch.Tensor:
+        """The tensor ``name`` as a view into ``flat``."""
+        return flat[self.slice_of(name)].view(self.by_name[name].shape)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {e.name: self.view(flat, e.name) for e in self.entries}
+
+
+def _float_state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    params = list(module.named_parameters())
+    buffers = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+    return params + buffers
+
+
+def flatten_module(module: nn.Module) -> torch.Tensor:
+    """A new flat float32 copy of the module's parameters and float buffers."""
+    return torch.cat([t.detach().reshape(-1).float() for _, t in _float_state(module)])
+
+
+def bind_flat_parameters(module: nn.Module) -> tuple[torch.Tensor, ParamLayout]:
+    """Make every parameter/float buffer a view of one flat tensor; return it and its layout."""
+    layout = ParamLayout.from_module(module)
+    flat = flatten_module(module)
+    modules = dict(module.named_modules())
+    for name, tensor in _float_state(module):
+        owner_name, _, attr = name.rpartition(".")
+        owner = modules[owner_name]
+        view = layout.view(flat, name)
+        if isinstance(getattr(owner, attr), nn.Parameter):
+            getattr(owner, attr).data = view
+        else:
+            owner._buffers[attr] = view
+    return flat, layout
