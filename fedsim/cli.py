@@ -22,7 +22,10 @@ def summary_table(summary: dict, title: str) -> Table:
             table.add_row(
                 which,
                 str(row["round"]),
-                *(f"{row[k]:.4f}" for k in ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")),
+                *(
+                    f"{row[k]:.4f}"
+                    for k in ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
+                ),
             )
     return table
 
@@ -33,7 +36,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     result = run_experiment(cfg, args.out, progress=not args.no_progress)
     console = Console()
-    console.print(summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}"))
+    console.print(
+        summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
+    )
     console.print(f"results in {result.run_dir}/")
     return 0
 
@@ -51,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    unknown = [e for e in extra if e.startswith("-") or "=" not in e]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:  # key=value overrides given after an option
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.func(args)
     except ConfigError as err:

@@ -54,10 +54,12 @@ class ClientConfig:
 @dataclass
 class RuntimeConfig:
     executor: str = "local"  # local | ray
-    workers: int | None = None  # None: fill the machine
+    workers: int | None = None  # None: fill the machine (per CPU core, or workers_per_gpu per GPU)
     cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
-    address: str | None = None  # "auto" or a cluster address; None: start a local Ray
+    gpus_per_worker: float | None = None  # None: 1/workers_per_gpu on a GPU cluster, else 0
+    workers_per_gpu: int = 1  # how many workers share one GPU when gpus_per_worker is None
+    address: str | None = None  # "auto" or a cluster address; None: RAY_ADDRESS or a local Ray
+    state_memory_gb: float | None = None  # client states in memory beyond it spill to disk
 
 
 @dataclass
@@ -111,7 +113,15 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
     "runtime.workers": (lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"),
     "runtime.cpus_per_worker": (lambda v: v > 0, "must be > 0"),
-    "runtime.gpus_per_worker": (lambda v: v >= 0, "must be >= 0 (fractions allowed)"),
+    "runtime.gpus_per_worker": (
+        lambda v: v is None or v >= 0,
+        "must be >= 0 (fractions allowed; null: by runtime.workers_per_gpu)",
+    ),
+    "runtime.workers_per_gpu": (lambda v: v >= 1, "must be >= 1"),
+    "runtime.state_memory_gb": (
+        lambda v: v is None or v >= 0,
+        "must be >= 0 (null: a quarter of the machine's memory)",
+    ),
 }
 
 
@@ -219,7 +229,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         try:
             raw = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as err:
-            raise ConfigError("config", str(path), f"not valid YAML ({err.__class__.__name__})")
+            raise ConfigError(
+                "config", str(path), f"not valid YAML ({err.__class__.__name__})"
+            ) from None
         if not isinstance(raw, dict):
             raise ConfigError("config", str(path), "must be a YAML mapping")
     return config_from_dict(apply_overrides(raw, overrides or []))

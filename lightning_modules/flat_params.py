@@ -72,7 +72,7 @@ def bind_flat_parameters(module: nn.Module) -> tuple[torch.Tensor, ParamLayout]:
     layout = ParamLayout.from_module(module)
     flat = flatten_module(module)
     modules = dict(module.named_modules())
-    for name, tensor in _float_state(module):
+    for name, _ in _float_state(module):
         owner_name, _, attr = name.rpartition(".")
         owner = modules[owner_name]
         view = layout.view(flat, name)

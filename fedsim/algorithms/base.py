@@ -57,7 +57,7 @@ class FederationInfo:
 
 @dataclass
 class ClientPlan:
-    """How one client runs this round: evaluate with ``eval_params``, train from ``train_params``."""
+    """One client's round: evaluate with ``eval_params``, then train from ``train_params``."""
 
     train_params: torch.Tensor
     eval_params: torch.Tensor | None = None  # None: evaluate with train_params

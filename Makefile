@@ -1,0 +1,39 @@
+# fedsim: `make demo` and `make test` set everything up on a fresh machine (idempotent).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+FASHION := /usr/share/datasets/fashion-mnist
+export RAY_AUTH_MODE ?= disabled
+export WANDB_MODE ?= offline
+
+.PHONY: setup data demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP) data
+
+# Fashion-MNIST (70,000 real images) from Debian; skipped where it is present or apt is absent.
+data:
+	@test -d $(FASHION) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || \
+	  echo "note: $(FASHION) missing; fashion-mnist will use data.root or download"; }
+
+demo: setup
+	$(VENV)/bin/fedsim run configs/quickstart.yaml
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks
+
+bench: setup
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/scale.py
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

