@@ -1,4 +1,5 @@
-"""``fedsim run CONFIG [key=value ...] [--out DIR]``."""
+"""``fedsim run CONFIG [key=value ...] [--out DIR]``, ``fedsim report RUN_DIR ...``,
+``fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedsim.tracking.report import write_report
+
+    for run_dir in args.run_dirs:
+        for path in write_report(run_dir):
+            print(path)
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from ray_jobs.tune import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help="run folder (default runs/<name>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
+    report = sub.add_parser("report", help="draw a run folder's plots into RUN_DIR/plots/")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="e.g. runs/quickstart")
+    report.set_defaults(func=cmd_report, overrides=[])
+    tune = sub.add_parser("tune", help="Ray Tune search: one full simulation per trial")
+    from ray_jobs.tune import add_arguments
+
+    add_arguments(tune)
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 

@@ -69,6 +69,26 @@ class AlgorithmConfig:
 
 
 @dataclass
+class WandbConfig:
+    """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
+
+    enabled: bool = False
+    project: str = "fedsim"
+    entity: str | None = None
+    group: str | None = None  # runs of one sweep or comparison side by side
+    tags: list[str] = field(default_factory=list)
+    mode: str = "online"  # online | offline | disabled; online falls back to offline
+    max_client_series: int = 20  # per-client accuracy curves for clients 0..N-1
+
+
+@dataclass
+class TrackingConfig:
+    """``tracking``: where a run is mirrored besides its run folder."""
+
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "experiment"
     seed: int = 0
@@ -81,6 +101,7 @@ class ExperimentConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
@@ -88,6 +109,12 @@ class ExperimentConfig:
         params = out["algorithm"].pop("params") or {}
         out["algorithm"].update(params)
         return out
+
+
+def _model_names() -> tuple[str, ...]:
+    from lightning_modules.registry import MODEL_NAMES
+
+    return MODEL_NAMES
 
 
 # --- value checks: key -> (predicate, what is allowed) ---
@@ -110,6 +137,7 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "client.momentum": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "client.weight_decay": (lambda v: v >= 0, "must be >= 0"),
     "client.eval_batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "model.name": (lambda v: v in _model_names(), "allowed: fedavg_cnn, resnet18"),
     "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
     "runtime.workers": (lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"),
     "runtime.cpus_per_worker": (lambda v: v > 0, "must be > 0"),
@@ -122,6 +150,16 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
         lambda v: v is None or v >= 0,
         "must be >= 0 (null: a quarter of the machine's memory)",
     ),
+    "tracking.wandb.project": (lambda v: bool(v.strip()), "must be a non-empty string"),
+    "tracking.wandb.tags": (
+        lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
+        "must be a list of strings",
+    ),
+    "tracking.wandb.mode": (
+        lambda v: v in ("online", "offline", "disabled"),
+        "allowed: online, offline, disabled",
+    ),
+    "tracking.wandb.max_client_series": (lambda v: v >= 0, "must be >= 0"),
 }
 
 
@@ -208,6 +246,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     from fedsim.algorithms.registry import get_algorithm_class
 
     raw = dict(raw or {})
+    raw.pop("tune", None)  # a search's options, read by `fedsim tune` (ray_jobs/tune.py)
     algo_raw = dict(raw.pop("algorithm", None) or {})
     name = algo_raw.pop("name", AlgorithmConfig.name)
     if not isinstance(name, str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from fedsim.config import ExperimentConfig
@@ -10,6 +11,7 @@ from fedsim.runtime.factory import make_executor
 from fedsim.simulation import RunResult, Simulation
 from fedsim.tracking.base import Sink
 from fedsim.tracking.files import FileSink
+from fedsim.tracking.plots import write_run_plots
 from fedsim.tracking.progress import ProgressSink
 
 
@@ -23,19 +25,39 @@ def default_run_dir(cfg: ExperimentConfig, runs_root: str | Path = "runs") -> Pa
     return candidate
 
 
+def write_report_safely(run_dir: Path) -> list[Path]:
+    """The report plots; a plotting error is printed, never raised (the results are saved)."""
+    from fedsim.tracking.report import write_report
+
+    try:
+        return write_report(run_dir)
+    except Exception as err:  # noqa: BLE001 - plots must not fail a finished run
+        print(f"fedsim: report plots failed: {err.__class__.__name__}: {err}", file=sys.stderr)
+        return []
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path | None = None,
     *,
     progress: bool = True,
     extra_sinks: list[Sink] | None = None,
+    report: bool = True,
 ) -> RunResult:
-    """Everything that can fail on bad input fails before the run folder exists."""
+    """Everything that can fail on bad input fails before the run folder exists.
+
+    ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
+    the sinks close, so the W&B sink can upload them).
+    """
     simulation = Simulation(cfg)
     run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     sinks: list[Sink] = [FileSink(), *(extra_sinks or [])]
+    if cfg.tracking.wandb.enabled:
+        from fedsim.tracking.wandb_sink import WandbSink
+
+        sinks.append(WandbSink(cfg.tracking.wandb))
     if progress:
         sinks.append(ProgressSink(cfg.rounds, description=cfg.name))
     try:
@@ -48,6 +70,9 @@ def run_experiment(
         for sink in sinks:
             sink.start(run_dir, cfg.to_dict(), simulation.data.partition_summary())
         result = simulation.run(executor, sinks)
+        write_run_plots(run_dir, simulation, result)
+        if report:
+            write_report_safely(run_dir)
     finally:
         for sink in sinks:
             sink.close()

@@ -75,6 +75,7 @@ def federation_info(module: FLModule, data: FederatedData) -> FederationInfo:
         head_names=module.head_parameters(1),
         block_names=list(module.block_names),
         block_parameters={b: module.block_parameters(b) for b in module.block_names},
+        client_train_indices=[c.train for c in data.clients],
     )
 
 
@@ -99,6 +100,10 @@ class Simulation:
         self.federation = federation_info(template, self.data)
         algo_cls = get_algorithm_class(cfg.algorithm.name)
         self.algorithm: Algorithm = algo_cls(cfg.algorithm.params, self.federation)
+        d = cfg.data
+        self.data = self.algorithm.prepare_data(
+            self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
+        )
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
@@ -120,7 +125,8 @@ class Simulation:
         """Run every round through ``executor``; feed ``sinks``; return the summary."""
         cfg, sinks = self.cfg, sinks or []
         state = self.algorithm.init_state(self.initial_params)
-        store = ClientStateStore()
+        budget_gb = cfg.runtime.state_memory_gb
+        store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
         history: list[dict[str, Any]] = []
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
         for round_idx in range(cfg.rounds + 1):
@@ -141,9 +147,7 @@ class Simulation:
                 for c in everyone
             ]
             worker_results = executor.run_round(round_idx, broadcast, tasks)
-            results = sorted(
-                (c for w in worker_results for c in w.clients), key=lambda c: c.client
-            )
+            results = sorted((c for w in worker_results for c in w.clients), key=lambda c: c.client)
             failed = [c.client for c in results if c.failed]
             if cohort and len(failed) > cfg.max_failed_fraction * len(cohort):
                 raise ClientFailureError(
@@ -206,5 +210,7 @@ class Simulation:
             summary["failed_clients"] = failed
         seconds = time.perf_counter() - began
         summary["seconds"] = seconds
-        summary["train_seconds_max_worker"] = max((w.train_seconds for w in worker_results), default=0)
+        summary["train_seconds_max_worker"] = max(
+            (w.train_seconds for w in worker_results), default=0
+        )
         return summary

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from lightning_modules.base import FLModule
 from lightning_modules.cnn import FedAvgCNN
+from lightning_modules.resnet import ResNet18
 
-MODELS: dict[str, type[FLModule]] = {"fedavg_cnn": FedAvgCNN}
+MODELS: dict[str, type[FLModule]] = {"fedavg_cnn": FedAvgCNN, "resnet18": ResNet18}
 MODEL_NAMES = tuple(MODELS)
 
 

@@ -1,6 +1,16 @@
 """Run one experiment on an existing Ray cluster (RAY_ADDRESS), e.g. via ``ray job submit``.
 
-ray job submit --working-dir . -- python -m ray_jobs.run_experiment CONFIG [key=value ...]
+    # the job server is the head's dashboard (port 8265); the driver then joins the cluster
+    RAY_ADDRESS=http://HEAD:8265 ray job submit --working-dir . -- \
+        python -m ray_jobs.run_experiment configs/quickstart.yaml rounds=100 runtime.workers=8
+
+    # or as a plain driver on a cluster node (RAY_ADDRESS=HEAD:6379 or auto)
+    python -m ray_jobs.run_experiment CONFIG [key=value ...] [--out DIR]
+
+It is ``fedsim run`` with ``runtime.executor=ray runtime.address=auto`` (overrides given after
+CONFIG win). The run folder is written where the driver runs (``runs/<name>``, or ``--out``).
+Related jobs: ``ray_jobs.tune`` (Ray Tune searches) and ``ray_jobs.reproduce`` (configs x
+seeds, mean +- std tables).
 """
 
 from __future__ import annotations

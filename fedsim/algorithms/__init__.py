@@ -1,8 +1,14 @@
-"""One file per algorithm; importing this package registers them all."""
+"""One file per algorithm; importing this package imports (and so registers) every file."""
 
-from fedsim.algorithms import fedavg, local  # noqa: F401
+import importlib
+import pkgutil
+
 from fedsim.algorithms.base import Algorithm, ClientInfo, ClientPlan, ClientUpdate, WeightedSum
 from fedsim.algorithms.registry import ALGORITHMS, get_algorithm_class, register
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("base", "registry"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "ALGORITHMS",

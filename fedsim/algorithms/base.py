@@ -14,8 +14,9 @@ driver   ``aggregate(state, sums, individual, round)`` -> new server state
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -23,8 +24,52 @@ import torch
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
+if TYPE_CHECKING:
+    from fedsim.data.datasets import ImageDataset
+    from fedsim.data.federated import FederatedData
+
 ServerState = dict[str, Any]
 ClientState = dict[str, Any]
+
+
+class ClientProbe(Protocol):
+    """Worker-provided: measure any parameters on this client's own data (FedFomo, FedVG...).
+
+    ``indices`` default to the client's train split (gradient) or test split (evaluate).
+    Using the probe reloads the worker's module; the worker handles that.
+    """
+
+    train_indices: np.ndarray
+    test_indices: np.ndarray
+
+    def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> Any:
+        """An EvalResult (correct, loss_sum, num_samples) of ``params`` on ``indices``."""
+        ...
+
+    def gradient(
+        self, params: torch.Tensor, indices: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """(flat gradient of the mean CE loss at ``params``, that loss) on ``indices``."""
+        ...
+
+    def train(
+        self,
+        params: torch.Tensor,
+        *,
+        epochs: int = 1,
+        terms: ClientTerms | None = None,
+        frozen: list[str] | None = None,
+        indices: np.ndarray | None = None,
+        key: int = 0,
+    ) -> tuple[torch.Tensor, float]:
+        """(``params`` after ``epochs`` of local SGD with ``terms``, mean training loss).
+
+        An extra training pass beside the worker's main one (Ditto's personal model, FedPer's
+        fine-tune): same optimizer and batch size, seeded by (seed, round, client, ``key``).
+        ``frozen`` parameters and float buffers get no gradient and come back unchanged.
+        A non-finite loss stops the pass; the returned loss is then non-finite.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +80,7 @@ class ClientInfo:
     num_train: int
     class_counts: np.ndarray  # (K,) training samples per class
     round: int
+    probe: ClientProbe | None = field(default=None, compare=False, repr=False)
 
     @property
     def class_proportions(self) -> np.ndarray:
@@ -53,6 +99,7 @@ class FederationInfo:
     head_names: list[str]  # parameters of the output layer
     block_names: list[str]  # named blocks bottom -> top
     block_parameters: dict[str, list[str]]  # block -> parameter names
+    client_train_indices: list[np.ndarray] = field(default_factory=list)  # into the dataset
 
 
 @dataclass
@@ -62,6 +109,7 @@ class ClientPlan:
     train_params: torch.Tensor
     eval_params: torch.Tensor | None = None  # None: evaluate with train_params
     terms: ClientTerms | None = None
+    train_indices: np.ndarray | None = None  # a subset to train on (None: the train split)
     context: dict[str, Any] = field(default_factory=dict)  # carried to client_finish
 
 
@@ -122,6 +170,17 @@ class Algorithm:
         self.federation = federation
 
     # --- driver side ---
+    def prepare_data(
+        self, data: FederatedData, load_dataset: Callable[[str], ImageDataset], seed: int
+    ) -> FederatedData:
+        """Once, before any worker starts: the data the workers get (default: ``data``).
+
+        An algorithm that needs server-only samples (FedVG's validation set) adds them with
+        ``data.with_server_samples`` and keeps their indices; ``load_dataset(name)`` loads
+        another dataset from the config's data root.
+        """
+        return data
+
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         """Server state from the initial model (flat vector)."""
         return {"params": initial_params.clone()}

@@ -36,6 +36,36 @@ class FederatedData:
     dataset: ImageDataset
     clients: list[ClientSplit]
     partition: dict[str, Any] = field(default_factory=dict)
+    server_samples: int = 0  # samples at the end of `dataset` that no client holds
+
+    def with_server_samples(
+        self, extra: ImageDataset, indices: np.ndarray | None = None
+    ) -> tuple[FederatedData, np.ndarray]:
+        """A copy whose dataset also holds ``extra`` (or its ``indices``) at the end, owned by no
+        client, and those samples' indices: how server-only data (a public validation set)
+        reaches the workers, which hold one dataset. Raises ValueError if shapes or classes
+        do not fit."""
+        ds = self.dataset
+        chosen = np.arange(len(extra)) if indices is None else np.asarray(indices, dtype=np.int64)
+        if extra.images.shape[1:] != ds.images.shape[1:]:
+            raise ValueError(
+                f"{extra.name} images are {extra.images.shape[1:]}, {ds.name} images are "
+                f"{ds.images.shape[1:]}: they must have the same shape"
+            )
+        if len(chosen) and int(extra.labels[chosen].max()) >= ds.num_classes:
+            raise ValueError(
+                f"{extra.name} has labels up to {int(extra.labels[chosen].max())}, "
+                f"but {ds.name} has only {ds.num_classes} classes"
+            )
+        merged = ImageDataset(
+            ds.name,
+            np.concatenate([ds.images, extra.images[chosen]]),
+            np.concatenate([ds.labels, extra.labels[chosen]]),
+            ds.num_classes,
+        )
+        added = np.arange(len(ds), len(ds) + len(chosen), dtype=np.int64)
+        total = self.server_samples + len(chosen)
+        return FederatedData(merged, self.clients, dict(self.partition), total), added
 
     @property
     def num_clients(self) -> int:
@@ -110,7 +140,8 @@ class FederatedData:
             "dataset": self.dataset.name,
             "num_clients": self.num_clients,
             "num_classes": self.num_classes,
-            "num_samples": len(self.dataset.labels),
+            "num_samples": len(self.dataset.labels) - self.server_samples,
+            "server_samples": self.server_samples,
             "partition": dict(self.partition),
             "clients": clients,
             "stats": stats,

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from fedsim.data.federated import FederatedData
-from fedsim.runtime.worker import ClientTask, ClientWorker, WorkerResult, WorkerSpec
+from fedsim.runtime.worker import ClientWorker, Task, WorkerResult, WorkerSpec
 
 
 class Executor(ABC):
@@ -16,10 +16,11 @@ class Executor(ABC):
 
     @abstractmethod
     def run_round(
-        self, round_idx: int, broadcast: dict[str, Any], tasks: list[ClientTask]
-    ) -> list[WorkerResult]: ...
+        self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]
+    ) -> list[WorkerResult]:
+        """Run ``tasks`` (ClientTask, GradientTask, EvalTask); one WorkerResult per worker."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release workers (and a Ray instance this executor started)."""
 
     def __enter__(self) -> Executor:
@@ -36,6 +37,6 @@ class LocalExecutor(Executor):
         self.worker = ClientWorker(spec, data)
 
     def run_round(
-        self, round_idx: int, broadcast: dict[str, Any], tasks: list[ClientTask]
+        self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]
     ) -> list[WorkerResult]:
         return [self.worker.run(round_idx, broadcast, tasks)]

@@ -2,27 +2,150 @@
 
 Owned by the driver, not by workers, so any worker can run any client and a lost worker
 loses nothing: a client's state is replaced only after its round succeeded.
+
+States live in memory up to a byte budget; beyond it the least recently used ones are
+spilled to one file per client in a private temporary folder (tensors written as raw numpy
+buffers, pickle protocol 5), read back on ``get`` and deleted on ``close``. A round touches
+only its cohort, so the cost per round grows with the cohort, not with the registered clients.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
+import tempfile
+import weakref
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
+
+from fedsim.runtime.wire import nbytes, to_wire
+
+DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, when no budget is given
+
+
+def default_memory_budget() -> int:
+    """A quarter of the machine's physical memory (bytes); 4 GiB if it cannot be read."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+    return int(total * DEFAULT_MEMORY_FRACTION)
 
 
 class ClientStateStore:
-    """In-memory map client -> state dict."""
+    """Map client -> state dict: in memory up to ``memory_budget_bytes``, spilled beyond it.
 
-    def __init__(self) -> None:
-        self._states: dict[int, dict[str, Any]] = {}
+    ``memory_budget_bytes=None`` uses a quarter of physical memory; 0 keeps nothing in memory.
+    ``spill_root`` is where the private spill folder is made (default: the system temp dir).
+    """
 
+    def __init__(
+        self, memory_budget_bytes: int | None = None, spill_root: str | Path | None = None
+    ) -> None:
+        if memory_budget_bytes is not None and memory_budget_bytes < 0:
+            raise ValueError(f"memory_budget_bytes={memory_budget_bytes}: must be >= 0")
+        self.memory_budget_bytes = (
+            default_memory_budget() if memory_budget_bytes is None else int(memory_budget_bytes)
+        )
+        self._spill_root = spill_root
+        self._memory: OrderedDict[int, tuple[dict[str, Any], int]] = OrderedDict()
+        self._memory_bytes = 0
+        self._spilled: dict[int, Path] = {}
+        self._spill_dir: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # --- the mapping API ---
     def get(self, client: int) -> dict[str, Any] | None:
-        return self._states.get(client)
+        """The client's state, or None if it has none (read back from disk if spilled)."""
+        entry = self._memory.get(client)
+        if entry is not None:
+            self._memory.move_to_end(client)
+            return entry[0]
+        path = self._spilled.get(client)
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return pickle.load(f)
 
     def put(self, client: int, state: dict[str, Any]) -> None:
-        self._states[client] = state
+        """Store ``state`` (replacing any older one), then spill the oldest beyond the budget."""
+        self._discard(client)
+        size = nbytes(state)
+        self._memory[client] = (state, size)
+        self._memory_bytes += size
+        while self._memory_bytes > self.memory_budget_bytes and self._memory:
+            self._spill_oldest()
 
     def __len__(self) -> int:
-        return len(self._states)
+        return len(self._memory) + len(self._spilled)
 
-    def __contains__(self, client: int) -> bool:
-        return client in self._states
+    def __contains__(self, client: object) -> bool:
+        return client in self._memory or client in self._spilled
+
+    def clients(self) -> list[int]:
+        """Every client that has a state, in increasing order."""
+        return sorted([*self._memory, *self._spilled])
+
+    # --- accounting ---
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of tensors/arrays held in memory."""
+        return self._memory_bytes
+
+    @property
+    def num_spilled(self) -> int:
+        """How many clients' states are on disk."""
+        return len(self._spilled)
+
+    @property
+    def spill_dir(self) -> Path | None:
+        """The private spill folder (None until the first spill)."""
+        return self._spill_dir
+
+    # --- lifecycle ---
+    def close(self) -> None:
+        """Forget every state and delete the spill folder."""
+        self._memory.clear()
+        self._memory_bytes = 0
+        self._spilled.clear()
+        if self._finalizer is not None:
+            self._finalizer()  # removes the folder once
+        self._spill_dir = self._finalizer = None
+
+    def __enter__(self) -> ClientStateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ---
+    def _discard(self, client: int) -> None:
+        entry = self._memory.pop(client, None)
+        if entry is not None:
+            self._memory_bytes -= entry[1]
+        path = self._spilled.pop(client, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _spill_oldest(self) -> None:
+        client, (state, size) = self._memory.popitem(last=False)
+        self._memory_bytes -= size
+        path = self._ensure_spill_dir() / f"client_{client}.pkl"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            # Tensors go out as raw numpy buffers and come back as owned, writable tensors.
+            pickle.dump(to_wire(state, copy=True), f, protocol=5)
+        tmp.replace(path)
+        self._spilled[client] = path
+
+    def _ensure_spill_dir(self) -> Path:
+        if self._spill_dir is None:
+            root = None if self._spill_root is None else str(self._spill_root)
+            self._spill_dir = Path(tempfile.mkdtemp(prefix="fedsim-states-", dir=root))
+            # Removed on close(), on garbage collection, or at interpreter exit.
+            self._finalizer = weakref.finalize(
+                self, shutil.rmtree, str(self._spill_dir), ignore_errors=True
+            )
+        return self._spill_dir

@@ -15,6 +15,16 @@ import torch
 
 from fedsim.data.federated import FederatedData
 from lightning_modules.base import FLModule
+from lightning_modules.flat_params import ParamLayout
+
+
+def to_device(
+    batch: tuple[torch.Tensor, torch.Tensor], device: torch.device | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch on ``device`` (None or CPU: unchanged)."""
+    if device is None or device.type == "cpu":
+        return batch
+    return batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
 
 
 @dataclass
@@ -39,6 +49,7 @@ def train_client(
     epochs: int,
     batch_size: int,
     generator: torch.Generator,
+    device: torch.device | None = None,
 ) -> TrainResult:
     """SGD over the client's samples, shuffled per epoch; stops at the first non-finite loss."""
     module.train()
@@ -48,7 +59,7 @@ def train_client(
     for _ in range(epochs):
         order = train_indices[torch.randperm(n, generator=generator).numpy()]
         for start in range(0, n, batch_size):
-            batch = data.batch(order[start : start + batch_size])
+            batch = to_device(data.batch(order[start : start + batch_size]), device)
             loss = module.training_step(batch, steps)
             value = float(loss.detach())
             if not math.isfinite(value):
@@ -64,14 +75,53 @@ def train_client(
 
 @torch.no_grad()
 def evaluate_client(
-    module: FLModule, data: FederatedData, test_indices: np.ndarray, *, batch_size: int
+    module: FLModule,
+    data: FederatedData,
+    test_indices: np.ndarray,
+    *,
+    batch_size: int,
+    device: torch.device | None = None,
 ) -> EvalResult:
     """Correct predictions and summed CE loss of the module on the client's test split."""
     module.eval()
     correct, loss_sum = 0, 0.0
     for start in range(0, len(test_indices), batch_size):
-        x, y = data.batch(test_indices[start : start + batch_size])
+        x, y = to_device(data.batch(test_indices[start : start + batch_size]), device)
         logits = module(x)
         correct += int((logits.argmax(1) == y).sum())
         loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
     return EvalResult(correct=correct, loss_sum=loss_sum, num_samples=len(test_indices))
+
+
+def gradient_client(
+    module: FLModule,
+    data: FederatedData,
+    indices: np.ndarray,
+    grad_flat: torch.Tensor,
+    layout: ParamLayout,
+    *,
+    batch_size: int,
+    train_mode: bool = True,
+    device: torch.device | None = None,
+) -> float:
+    """Gradient of the mean CE loss over ``indices`` written into ``grad_flat``; returns the loss.
+
+    Plain cross-entropy (no client terms), accumulated over chunks of ``batch_size`` so any
+    number of samples fits in memory. Entries of float buffers (no gradient) stay zero.
+    """
+    module.train(train_mode)
+    params = dict(module.named_parameters())
+    for p in params.values():
+        p.grad = None
+    n, loss_sum = len(indices), 0.0
+    for start in range(0, n, batch_size):
+        x, y = to_device(data.batch(indices[start : start + batch_size]), device)
+        loss = torch.nn.functional.cross_entropy(module(x), y, reduction="sum") / max(n, 1)
+        loss.backward()
+        loss_sum += float(loss.detach())
+    grad_flat.zero_()
+    for name, p in params.items():
+        if p.grad is not None:
+            layout.view(grad_flat, name).copy_(p.grad)
+        p.grad = None
+    return loss_sum

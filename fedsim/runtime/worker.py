@@ -16,8 +16,9 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, ClientInfo, ClientState, WeightedSum
 from fedsim.data.federated import FederatedData
-from fedsim.runtime.training import EvalResult, evaluate_client, train_client
+from fedsim.runtime.training import EvalResult, evaluate_client, gradient_client, train_client
 from lightning_modules.flat_params import bind_flat_parameters
+from lightning_modules.hooks import ClientTerms
 from lightning_modules.registry import build_model
 
 
@@ -38,6 +39,7 @@ class WorkerSpec:
     eval_batch_size: int
     seed: int
     num_threads: int | None = None
+    device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
 
 
 @dataclass
@@ -50,6 +52,49 @@ class ClientTask:
 
 
 @dataclass
+class GradientTask:
+    """Gradient of the mean CE loss at ``params`` on some of ``client``'s samples.
+
+    Samples: ``indices`` if given (e.g. a server-side validation set), else the client's
+    training split; ``num_samples`` draws a minibatch of that many from them, seeded by
+    (seed, round, client, ``key``), so it does not depend on the worker. No client terms.
+    """
+
+    client: int
+    params: torch.Tensor | None = None  # None: broadcast["params"]
+    num_samples: int | None = None  # None: all the samples
+    indices: np.ndarray | None = None
+    train_mode: bool = True
+    key: int = 0
+    tag: Any = None  # returned as is, to match outputs to requests
+
+
+@dataclass
+class EvalTask:
+    """Accuracy and loss of ``params`` on ``client``'s test split (or on ``indices``)."""
+
+    client: int
+    params: torch.Tensor | None = None  # None: broadcast["params"]
+    indices: np.ndarray | None = None
+    tag: Any = None
+
+
+Task = ClientTask | GradientTask | EvalTask
+
+
+@dataclass
+class TaskOutput:
+    """What a GradientTask (``gradient``, mean ``loss``) or an EvalTask (``evaluation``) gave."""
+
+    client: int
+    tag: Any = None
+    gradient: torch.Tensor | None = None
+    loss: float | None = None
+    evaluation: EvalResult | None = None
+    num_samples: int = 0
+
+
+@dataclass
 class ClientResult:
     client: int
     evaluation: EvalResult | None = None
@@ -58,13 +103,16 @@ class ClientResult:
     state: ClientState | None = None  # new private state (None: unchanged)
     individual: Any = None
     train_seconds: float = 0.0
+    eval_seconds: float = 0.0
 
 
 @dataclass
 class WorkerResult:
     sums: dict[str, WeightedSum] = field(default_factory=dict)
     clients: list[ClientResult] = field(default_factory=list)
+    outputs: list[TaskOutput] = field(default_factory=list)  # of GradientTask / EvalTask
     train_seconds: float = 0.0
+    compute_seconds: float = 0.0  # training + evaluation + gradients: the model's own work
     busy_seconds: float = 0.0
 
 
@@ -75,24 +123,86 @@ class ClientWorker:
         if spec.num_threads:
             torch.set_num_threads(spec.num_threads)
         self.spec, self.data = spec, data
-        self.module = build_model(spec.model_name, **spec.model_kwargs)
-        self.flat, self.layout = bind_flat_parameters(self.module)
+        self.device = torch.device(spec.device)
+        module = build_model(spec.model_name, **spec.model_kwargs).to(self.device)
+        self.module = module
+        self.flat, self.layout = bind_flat_parameters(module)  # on self.device
         self.algorithm = spec.algorithm
         self.class_counts = data.class_counts("train")
         self.train_sizes = data.train_sizes()
 
-    def run(
-        self, round_idx: int, broadcast: dict[str, Any], tasks: list[ClientTask]
-    ) -> WorkerResult:
-        """Evaluate and/or train each task's client; return one partial aggregate."""
+    def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> WorkerResult:
+        """Run each task in order; client tasks reduce into one partial aggregate."""
         start = time.perf_counter()
         result = WorkerResult()
         for task in tasks:
-            client_result = self._run_client(round_idx, broadcast, task, result.sums)
-            result.clients.append(client_result)
-            result.train_seconds += client_result.train_seconds
+            if isinstance(task, ClientTask):
+                client_result = self._run_client(round_idx, broadcast, task, result.sums)
+                result.clients.append(client_result)
+                result.train_seconds += client_result.train_seconds
+                result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
+                continue
+            began = time.perf_counter()
+            if isinstance(task, GradientTask):
+                result.outputs.append(self._gradient(round_idx, broadcast, task))
+            elif isinstance(task, EvalTask):
+                result.outputs.append(self._evaluate(broadcast, task))
+            else:
+                raise TypeError(f"unknown task type {type(task).__name__}")
+            result.compute_seconds += time.perf_counter() - began
         result.busy_seconds = time.perf_counter() - start
         return result
+
+    def _trained_params(self) -> torch.Tensor:
+        """A CPU copy of the module's flat parameters."""
+        return self.flat.detach().to("cpu", copy=True)
+
+    def _gradient(
+        self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
+    ) -> TaskOutput:
+        self.flat.copy_(broadcast["params"] if task.params is None else task.params)
+        samples = self.data.clients[task.client].train if task.indices is None else task.indices
+        samples = np.asarray(samples, dtype=np.int64)
+        if task.num_samples is not None and task.num_samples < len(samples):
+            rng = np.random.default_rng([self.spec.seed, round_idx, task.client, 1, task.key])
+            samples = np.sort(rng.choice(samples, size=task.num_samples, replace=False))
+        torch.manual_seed(client_seed(self.spec.seed, round_idx, task.client))
+        grad = torch.zeros_like(self.flat)
+        loss = gradient_client(
+            self.module,
+            self.data,
+            samples,
+            grad,
+            self.layout,
+            batch_size=self.spec.eval_batch_size,
+            train_mode=task.train_mode,
+            device=self.device,
+        )
+        return TaskOutput(
+            client=task.client,
+            tag=task.tag,
+            gradient=grad.to("cpu"),
+            loss=loss,
+            num_samples=len(samples),
+        )
+
+    def _evaluate(self, broadcast: dict[str, Any], task: EvalTask) -> TaskOutput:
+        self.flat.copy_(broadcast["params"] if task.params is None else task.params)
+        samples = self.data.clients[task.client].test if task.indices is None else task.indices
+        evaluation = evaluate_client(
+            self.module,
+            self.data,
+            np.asarray(samples, dtype=np.int64),
+            batch_size=self.spec.eval_batch_size,
+            device=self.device,
+        )
+        return TaskOutput(
+            client=task.client,
+            tag=task.tag,
+            evaluation=evaluation,
+            loss=evaluation.loss_sum / max(evaluation.num_samples, 1),
+            num_samples=evaluation.num_samples,
+        )
 
     def _run_client(
         self,
@@ -108,15 +218,22 @@ class ClientWorker:
             num_train=int(self.train_sizes[client]),
             class_counts=self.class_counts[client],
             round=round_idx,
+            probe=WorkerProbe(self, client, round_idx),
         )
         plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         out = ClientResult(client=client)
         if task.evaluate:
+            began = time.perf_counter()
             eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
             self.flat.copy_(eval_params)
             out.evaluation = evaluate_client(
-                self.module, self.data, split.test, batch_size=self.spec.eval_batch_size
+                self.module,
+                self.data,
+                split.test,
+                batch_size=self.spec.eval_batch_size,
+                device=self.device,
             )
+            out.eval_seconds = time.perf_counter() - began
         if not task.train:
             return out
         began = time.perf_counter()
@@ -128,10 +245,11 @@ class ClientWorker:
             trained = train_client(
                 self.module,
                 self.data,
-                split.train,
+                split.train if plan.train_indices is None else plan.train_indices,
                 epochs=self.spec.epochs,
                 batch_size=self.spec.batch_size,
                 generator=torch.Generator().manual_seed(seed),
+                device=self.device,
             )
         finally:
             self.module.client_terms = None
@@ -140,8 +258,77 @@ class ClientWorker:
         if not trained.finite or not bool(torch.isfinite(self.flat).all()):
             out.failed = True  # left out of the aggregate; its state stays as before
             return out
-        update = self.algorithm.client_finish(plan, self.flat.clone(), task.state, info)
+        update = self.algorithm.client_finish(plan, self._trained_params(), task.state, info)
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
         out.state, out.individual = update.state, update.individual
         return out
+
+
+class WorkerProbe:
+    """The ClientProbe a worker hands to algorithm code for one client (see algorithms.base)."""
+
+    def __init__(self, worker: ClientWorker, client: int, round_idx: int):
+        self.worker, self.client, self.round_idx = worker, client, round_idx
+        split = worker.data.clients[client]
+        self.train_indices, self.test_indices = split.train, split.test
+
+    def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> EvalResult:
+        task = EvalTask(client=self.client, params=params, indices=indices)
+        return self.worker._evaluate({}, task).evaluation
+
+    def gradient(
+        self, params: torch.Tensor, indices: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, float]:
+        task = GradientTask(client=self.client, params=params, indices=indices)
+        out = self.worker._gradient(self.round_idx, {}, task)
+        return out.gradient, out.loss
+
+    def train(
+        self,
+        params: torch.Tensor,
+        *,
+        epochs: int = 1,
+        terms: ClientTerms | None = None,
+        frozen: list[str] | None = None,
+        indices: np.ndarray | None = None,
+        key: int = 0,
+    ) -> tuple[torch.Tensor, float]:
+        """An extra local training pass from ``params`` (see ``ClientProbe.train``)."""
+        worker = self.worker
+        module = worker.module
+        frozen_set = set(frozen or ())
+        trainable = [p for n, p in module.named_parameters() if n not in frozen_set]
+        if not trainable or epochs < 1:
+            return params.detach().to("cpu", copy=True), 0.0
+        held = [p for n, p in module.named_parameters() if n in frozen_set and p.requires_grad]
+        worker.flat.copy_(params)
+        seed = int(
+            np.random.SeedSequence([worker.spec.seed, self.round_idx, self.client, 2, key])
+            .generate_state(1)[0]
+        )
+        torch.manual_seed(seed)
+        module.client_terms = terms
+        for p in held:
+            p.requires_grad_(False)  # no gradient is computed for the frozen part
+        try:
+            result = train_client(
+                module,
+                worker.data,
+                self.train_indices if indices is None else np.asarray(indices, dtype=np.int64),
+                epochs=epochs,
+                batch_size=worker.spec.batch_size,
+                generator=torch.Generator().manual_seed(seed),
+                device=worker.device,
+            )
+        finally:
+            module.client_terms = None
+            for p in held:
+                p.requires_grad_(True)
+        trained = worker._trained_params()
+        if frozen_set:  # float buffers (BatchNorm statistics) of the frozen part too
+            mask = worker.layout.mask(sorted(frozen_set & set(worker.layout.by_name)))
+            trained[mask] = params.detach().to("cpu", torch.float32)[mask]
+        if not result.finite or not bool(torch.isfinite(trained).all()):
+            return trained, float("nan")
+        return trained, result.mean_loss

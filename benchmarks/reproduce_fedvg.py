@@ -1,0 +1,241 @@
+"""FedVG against its baselines on Dirichlet splits: the README table (scaled to a laptop).
+
+The seed (003) reports FedVG above FedAvg, FedProx, SCAFFOLD and FedDyn on CIFAR-10 with
+ResNet-18, 100 clients, 200 rounds. This runs the same comparison small: FedAvgCNN on
+Fashion-MNIST (optionally a stratified subset of it), Dir(alpha) over N clients, the PFLlib
+protocol (75/25 split per client, batch 10, 1 local epoch, evaluation of the global model on
+every client's test split each round), several seeds. Each (alpha, seed, algorithm) is one
+``fedsim`` run; ``--jobs`` run side by side (one torch thread each).
+
+Algorithms (``--algorithms``, comma-separated):
+  fedavg, fedvg, fedvg-avg, fedprox, fedprox-vg, scaffold, scaffold-vg, feddyn, feddyn-vg,
+  fedavgm, fedavgm-vg; ``-vg`` = the same algorithm with ``algorithm.weighting=fedvg``.
+``--same-data`` holds the validation share out of every client for the sample-weighted
+baselines too (``val_holdout=true``), as FL-bench gives every method the same split.
+
+Writes ``<out>/runs.jsonl`` (one line per run: best and final accuracy, the curve) and
+``<out>/table.md`` (mean +- std over seeds of best and final sample-weighted accuracy, and
+the gap of each ``-vg`` row to its base algorithm). Last line:
+``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
+
+    .venv/bin/python benchmarks/reproduce_fedvg.py --alphas 0.05,0.1 --seeds 0,1,2 \
+        --clients 20 --rounds 30 --samples 10000 --jobs 2 --out runs/fedvg-repro
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ALGORITHMS: dict[str, list[str]] = {
+    "fedavg": ["algorithm.name=fedavg"],
+    "fedvg": ["algorithm.name=fedvg"],
+    "fedvg-avg": ["algorithm.name=fedvg", "algorithm.weighting=avg"],
+    "fedprox": ["algorithm.name=fedprox", "algorithm.mu=0.01"],
+    "fedprox-vg": ["algorithm.name=fedprox", "algorithm.mu=0.01", "algorithm.weighting=fedvg"],
+    "scaffold": ["algorithm.name=scaffold"],
+    "scaffold-vg": ["algorithm.name=scaffold", "algorithm.weighting=fedvg"],
+    "feddyn": ["algorithm.name=feddyn"],
+    "feddyn-vg": ["algorithm.name=feddyn", "algorithm.weighting=fedvg"],
+    "fedavgm": ["algorithm.name=fedavgm"],
+    "fedavgm-vg": ["algorithm.name=fedavgm", "algorithm.weighting=fedvg"],
+}
+SAME_DATA = {  # sample/uniform-weighted baselines that hold the validation share out too
+    "fedavg": ["algorithm.name=fedvg", "algorithm.weighting=samples", "algorithm.val_holdout=true"],
+}
+
+
+def overrides_for(algorithm: str, same_data: bool) -> list[str]:
+    if same_data and algorithm in SAME_DATA:
+        return SAME_DATA[algorithm]
+    extra = ALGORITHMS[algorithm]
+    if same_data and not algorithm.endswith("-vg") and algorithm not in ("fedvg", "fedvg-avg"):
+        extra = [*extra, "algorithm.val_holdout=true"]
+    return extra
+
+
+def subset(dataset: Any, samples: int | None, seed: int = 0) -> Any:
+    """A stratified random subset of ``samples`` images (the same for every run)."""
+    from fedsim.data.datasets import ImageDataset
+
+    if samples is None or samples >= len(dataset):
+        return dataset
+    rng = np.random.default_rng([seed, 5])
+    keep = []
+    for c in range(dataset.num_classes):
+        members = np.flatnonzero(dataset.labels == c)
+        share = round(samples * len(members) / len(dataset))
+        keep.append(rng.choice(members, size=share, replace=False))
+    idx = np.sort(np.concatenate(keep))
+    return ImageDataset(dataset.name, dataset.images[idx], dataset.labels[idx], dataset.num_classes)
+
+
+def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    """One fedsim run in this (worker) process."""
+    import torch
+
+    from fedsim.config import load_config
+    from fedsim.data.federated import build_federated_data
+    from fedsim.runtime.executor import LocalExecutor
+    from fedsim.simulation import Simulation, cached_dataset
+
+    torch.set_num_threads(1)
+    cfg = load_config(
+        None,
+        [
+            f"name=fedvg-{job['algorithm']}-a{job['alpha']}-s{job['seed']}",
+            f"data.name={job['dataset']}",
+            "data.download=false",
+            f"data.num_clients={job['clients']}",
+            "data.partition.name=dirichlet",
+            f"data.partition.alpha={job['alpha']}",
+            f"rounds={job['rounds']}",
+            f"seed={job['seed']}",
+            f"join_ratio={job['join_ratio']}",
+            f"client.lr={job['lr']}",
+            f"client.epochs={job['epochs']}",
+            "client.batch_size=10",
+            *job["overrides"],
+        ],
+    )
+    d = cfg.data
+    dataset = subset(cached_dataset(d.name, d.root, d.download), job["samples"])
+    data = build_federated_data(
+        dataset, d.num_clients, "dirichlet", alpha=d.partition.alpha, seed=cfg.seed
+    )
+    began = time.perf_counter()
+    sim = Simulation(cfg, data=data)
+    result = sim.run(LocalExecutor(sim.worker_spec, sim.data))
+    return {
+        **{k: job[k] for k in ("algorithm", "alpha", "seed")},
+        "best": result.summary["best"]["acc_weighted"],
+        "best_round": result.summary["best"]["round"],
+        "final": result.summary["final"]["acc_weighted"],
+        "curve": [round(h.get("acc_weighted", float("nan")), 4) for h in result.history],
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
+def mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{100 * values[0]:.2f}"
+    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
+
+
+def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]) -> str:
+    """Markdown: best and final accuracy (mean ± std over seeds), and -vg minus base."""
+    lines = [
+        "| algorithm | " + " | ".join(f"Dir({a}) best | Dir({a}) final" for a in alphas) + " |"
+    ]
+    lines.append("|---" * (1 + 2 * len(alphas)) + "|")
+    by = {(r["algorithm"], r["alpha"], r["seed"]): r for r in rows}
+    for algo in algorithms:
+        cells = []
+        for a in alphas:
+            mine = [r for r in rows if r["algorithm"] == algo and r["alpha"] == a]
+            cells += [mean_std([r["best"] for r in mine]), mean_std([r["final"] for r in mine])]
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    gaps = []
+    for algo in algorithms:
+        base = "fedavg" if algo in ("fedvg", "fedvg-avg") else algo.removesuffix("-vg")
+        if base == algo or base not in algorithms:
+            continue
+        cells = []
+        for a in alphas:
+            pairs = [
+                (by[(algo, a, s)], by[(base, a, s)])
+                for (x, aa, s) in by
+                if x == algo and aa == a and (base, a, s) in by
+            ]
+            for key in ("best", "final"):
+                diffs = [p[key] - q[key] for p, q in pairs]
+                wins = sum(d > 0 for d in diffs)
+                cells.append(f"{mean_std(diffs)} ({wins}/{len(diffs)} seeds up)")
+        gaps.append(f"| {algo} − {base} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + gaps) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="fashion-mnist")
+    parser.add_argument("--samples", type=int, default=None, help="stratified subset size")
+    parser.add_argument("--alphas", default="0.05,0.1")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--algorithms", default="fedavg,fedvg,fedprox,fedprox-vg")
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--join-ratio", type=float, default=1.0)
+    parser.add_argument("--lr", type=float, default=0.005)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--same-data", action="store_true")
+    parser.add_argument("--extra", default="", help="more overrides, space-separated")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default="runs/fedvg-repro")
+    args = parser.parse_args()
+    alphas = [float(a) for a in args.alphas.split(",")]
+    algorithms = args.algorithms.split(",")
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"unknown algorithms {unknown}; allowed: {', '.join(ALGORITHMS)}")
+    jobs = [
+        {
+            "dataset": args.dataset,
+            "samples": args.samples,
+            "clients": args.clients,
+            "rounds": args.rounds,
+            "join_ratio": args.join_ratio,
+            "lr": args.lr,
+            "epochs": args.epochs,
+            "alpha": a,
+            "seed": int(s),
+            "algorithm": algo,
+            "overrides": overrides_for(algo, args.same_data) + args.extra.split(),
+        }
+        for a in alphas
+        for s in args.seeds.split(",")
+        for algo in algorithms
+    ]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    began = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool, open(out / "runs.jsonl", "w") as log:
+        for row in pool.map(run_one, jobs):
+            rows.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            print(
+                f"{row['algorithm']:>11} Dir({row['alpha']}) seed {row['seed']}: best "
+                f"{row['best']:.4f} (round {row['best_round']}), final {row['final']:.4f}, "
+                f"{row['seconds']} s",
+                flush=True,
+            )
+    text = table(rows, algorithms, alphas)
+    (out / "table.md").write_text(text)
+    print(text)
+    print(f"{len(jobs)} runs in {time.perf_counter() - began:.0f} s")
+    gaps = []
+    for a in alphas:
+        diffs = [
+            r["best"] - q["best"]
+            for r in rows
+            for q in rows
+            if r["algorithm"] == "fedvg"
+            and q["algorithm"] == "fedavg"
+            and r["alpha"] == q["alpha"] == a
+            and r["seed"] == q["seed"]
+        ]
+        if diffs:
+            gaps.append(f"a{a}={statistics.mean(diffs):+.4f}")
+    print("RESULT fedvg_minus_fedavg " + " ".join(gaps))
+
+
+if __name__ == "__main__":
+    main()

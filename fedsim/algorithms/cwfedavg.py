@@ -1,0 +1,258 @@
+"""cwFedAvg: class-wise federated averaging with Weight Distribution Regularization (WDR).
+
+Lee et al., ICCV 2025 (arXiv 2406.07800); official code regulationLee/cwFedAvg
+(``servers/serveravgCW.py``, ``clients/clientavgCW.py``). Rules: ALGORITHMS.md, "cwFedAvg".
+
+Server, per class j:  w_j^G = sum_i q_ij w_i,  q_ij = (n_i/N) r_ij / sum_k (n_k/N) r_kj
+(N cancels; with true class proportions this is FedAvg done separately for each class).
+Client, at the start of each round:  w_i = sum_j r_ij w_j^G.
+
+Only the class-wise parameters (``classwise_layers``: the output layer, the top L blocks, or
+all of them) have K class models; the rest is plain FedAvg. Each client adds its class-wise
+parameters to K weighted sums ``class_j`` with weight n_i r_ij, so workers reduce before they
+send and a round moves O(workers x K x class-wise size), never O(clients x model).
+
+r_i (``class_weights``):
+- ``estimated`` (default, the official code): the L2 norms of the output-layer weight rows
+  (bias excluded), normalized to sum 1, read from the client's head after its last local
+  training. It is the client's private state; the server never sees class counts. A client
+  that has never trained uses the row norms of the initial model's head, as the official code
+  does at round 0 (every client's model starts as a copy of the initial model). They are
+  nearly uniform, and while all class models are still equal (round 0) r does not matter.
+- ``true``: the client's empirical training class proportions p_i.
+
+WDR adds 0.5 * lambda * ||p_i - p~_i(W)||_2 to every minibatch loss (plain L2 norm, not
+squared). The seed writes lambda * R; the official code has ``loss += 0.5 * weight_decay *
+wd_regularizer`` and its reported lambdas (10 MNIST/CIFAR-10, 1000 CIFAR-100, 2000 Tiny
+ImageNet) were used with that 0.5, so we keep it: ``wdr_lambda`` means what it means there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    ClientInfo,
+    ClientPlan,
+    ClientState,
+    ClientUpdate,
+    FederationInfo,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.registry import register
+from fedsim.errors import ConfigError
+
+CLASS_WEIGHTS = ("estimated", "true")
+_TOP_BLOCKS = re.compile(r"top-([1-9][0-9]*)")
+
+
+@dataclass
+class CwFedAvgParams(AlgorithmParams):
+    """``algorithm.*`` keys of cwFedAvg."""
+
+    # estimated (head row norms) | true (class proportions). Typed Any because YAML and the
+    # CLI read a bare `true` as a boolean; __post_init__ turns it back into "true".
+    class_weights: Any = "estimated"
+    classwise_layers: str = "output"  # output | all | top-L (the top L blocks)
+    wdr_lambda: float = 10.0  # WDR strength; loss += 0.5 * lambda * ||p - p~||_2; 0 disables
+
+    def __post_init__(self) -> None:
+        if self.class_weights is True:
+            self.class_weights = "true"
+        if not isinstance(self.class_weights, str) or self.class_weights not in CLASS_WEIGHTS:
+            raise ConfigError(
+                "algorithm.class_weights", self.class_weights, "allowed: estimated, true"
+            )
+        if self.classwise_layers not in ("output", "all") and not _TOP_BLOCKS.fullmatch(
+            self.classwise_layers
+        ):
+            raise ConfigError(
+                "algorithm.classwise_layers",
+                self.classwise_layers,
+                "allowed: output, all, top-L (L >= 1 top blocks, e.g. top-2)",
+            )
+        if not self.wdr_lambda >= 0:
+            raise ConfigError("algorithm.wdr_lambda", self.wdr_lambda, "must be >= 0 (0: no WDR)")
+
+
+def output_weight_name(federation: FederationInfo) -> str:
+    """The output layer's weight: the 2-D head parameter with one row per class."""
+    for name in federation.head_names:
+        shape = federation.layout.by_name[name].shape
+        if len(shape) == 2 and shape[0] == federation.num_classes:
+            return name
+    raise ValueError(
+        f"no output-layer weight with {federation.num_classes} rows among the head parameters "
+        f"{federation.head_names}; cwFedAvg needs a Linear output layer"
+    )
+
+
+def estimated_proportions(weight: torch.Tensor) -> torch.Tensor:
+    """p~: L2 norm of each row of the output weight (K, d), normalized to sum 1."""
+    norms = torch.linalg.vector_norm(weight, dim=1)
+    return norms / norms.sum()
+
+
+def wdr_penalty(weight: torch.Tensor, proportions: torch.Tensor, wdr_lambda: float) -> torch.Tensor:
+    """0.5 * lambda * ||p - p~(W)||_2, differentiable through W only."""
+    return 0.5 * wdr_lambda * torch.linalg.vector_norm(proportions - estimated_proportions(weight))
+
+
+@dataclass
+class WDRTerms:
+    """Client terms (``lightning_modules.hooks.ClientTerms``): the WDR loss on the output weight."""
+
+    weight_name: str
+    proportions: torch.Tensor  # the client's true class proportions p_i (never leave the client)
+    wdr_lambda: float
+
+    def loss(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        weight = params[self.weight_name]
+        if self.proportions.device != weight.device:  # a GPU worker: move p_i once
+            self.proportions = self.proportions.to(weight.device)
+        return wdr_penalty(weight, self.proportions, self.wdr_lambda)
+
+    def correct_gradients(self, params: dict[str, torch.Tensor]) -> None:
+        return None
+
+
+def _classwise_names(params: CwFedAvgParams, federation: FederationInfo) -> list[str]:
+    if params.classwise_layers == "all":
+        return [e.name for e in federation.layout.entries]
+    if params.classwise_layers == "output":
+        return list(federation.head_names)
+    top = int(_TOP_BLOCKS.fullmatch(params.classwise_layers).group(1))  # type: ignore[union-attr]
+    blocks = federation.block_names
+    if top > len(blocks):
+        raise ConfigError(
+            "algorithm.classwise_layers",
+            params.classwise_layers,
+            f"the model has {len(blocks)} blocks ({', '.join(blocks)}); use top-1..top-"
+            f"{len(blocks)} or all",
+        )
+    return [n for b in blocks[-top:] for n in federation.block_parameters[b]]
+
+
+@register
+class CwFedAvg(Algorithm):
+    """K class models for the class-wise parameters; each client mixes them by its r_i."""
+
+    name = "cwfedavg"
+    Params = CwFedAvgParams
+    uses_client_state = True  # the estimated r_i from the client's last trained head
+    row_norm_plot: ClassVar[bool] = True  # tracking.plots draws plots/row_norms.png at the end
+
+    def __init__(self, params: CwFedAvgParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        self.num_classes = federation.num_classes
+        self.weight_name = output_weight_name(federation)
+        names = _classwise_names(params, federation)
+        self.all_layers = len(names) == len(federation.layout.entries)
+        mask = federation.layout.mask(names)
+        self.classwise_index = None if self.all_layers else mask.nonzero().squeeze(1)
+
+    # --- helpers (pure functions of flat vectors) ---
+    def classwise_part(self, flat: torch.Tensor) -> torch.Tensor:
+        """The class-wise parameters of a flat model vector."""
+        return flat if self.classwise_index is None else flat[self.classwise_index]
+
+    def estimated_r(self, flat: torch.Tensor) -> torch.Tensor:
+        """Normalized output-row norms of a flat model vector (float32, sums to 1)."""
+        weight = self.federation.layout.view(flat, self.weight_name)
+        return estimated_proportions(weight.detach().to(torch.float32))
+
+    def personalize(
+        self, class_models: torch.Tensor, params: torch.Tensor | None, r: torch.Tensor
+    ) -> torch.Tensor:
+        """w_i = sum_j r_ij w_j^G on the class-wise parameters; the rest from ``params``."""
+        mixed = r.to(class_models.dtype) @ class_models
+        if params is None:
+            return mixed
+        out = params.clone()
+        out[self.classwise_index] = mixed
+        return out
+
+    def client_r(
+        self, broadcast: dict[str, Any], state: ClientState | None, client: ClientInfo
+    ) -> torch.Tensor:
+        """The r_i a client personalizes with at the start of a round."""
+        if self.params.class_weights == "true":
+            return torch.as_tensor(client.class_proportions, dtype=torch.float32)
+        if state is not None and "r" in state:
+            return state["r"]
+        return broadcast["initial_r"]
+
+    # --- driver side ---
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        """Round 0: every class model equals the initial model."""
+        part = self.classwise_part(initial_params)
+        state: ServerState = {
+            "class_models": part.unsqueeze(0).repeat(self.num_classes, 1),
+            "initial_r": self.estimated_r(initial_params),
+        }
+        if not self.all_layers:
+            state["params"] = initial_params.clone()
+        return state
+
+    def broadcast(self, state: ServerState) -> dict[str, Any]:
+        return dict(state)
+
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        """Per class j: sum_i n_i r_ij w_i / sum_i n_i r_ij; unchanged where nobody holds j."""
+        class_models = state["class_models"].clone()
+        for j in range(self.num_classes):
+            total = sums.get(f"class_{j}")
+            if total is not None and total.weight > 0:
+                class_models[j] = total.mean()
+        new_state = {**state, "class_models": class_models}
+        fedavg = sums.get("params")
+        if not self.all_layers and fedavg is not None and fedavg.weight > 0:
+            new_state["params"] = fedavg.mean()
+        return new_state
+
+    # --- worker side ---
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        r = self.client_r(broadcast, state, client)
+        personalized = self.personalize(broadcast["class_models"], broadcast.get("params"), r)
+        terms = None
+        if self.params.wdr_lambda > 0:
+            proportions = torch.as_tensor(client.class_proportions, dtype=torch.float32)
+            terms = WDRTerms(self.weight_name, proportions, self.params.wdr_lambda)
+        return ClientPlan(train_params=personalized, terms=terms)
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        """Add the trained class-wise parameters to class j's sum with weight n_i r_ij."""
+        estimated = self.estimated_r(trained)
+        if self.params.class_weights == "true":
+            r = torch.as_tensor(client.class_proportions, dtype=torch.float32)
+        else:
+            r = estimated
+        part = self.classwise_part(trained)
+        sums: dict[str, tuple[float, torch.Tensor]] = {}
+        for j, r_j in enumerate(r.tolist()):
+            if r_j > 0:
+                sums[f"class_{j}"] = (client.num_train * r_j, part)
+        if not self.all_layers:
+            sums["params"] = (float(client.num_train), trained)
+        return ClientUpdate(sums=sums, state={"r": estimated})

@@ -1,0 +1,211 @@
+"""FedFomo: each client weights downloaded peer models by how much they help on its own data.
+
+Zhang et al., ICLR 2021; PFLlib ``servers/serverfomo.py``, ``clients/clientfomo.py``. Rules:
+ALGORITHMS.md, "Baselines".
+
+Server: an affinity matrix P (identity at start). Client i downloads the M = ``peers``
+models with the largest P[i, j] (ties by client id; only clients that have uploaded a model,
+so none at round 0), including its own last upload while P[i, i] stays on top, as PFLlib.
+Client: holds out ``val_ratio`` (20%) of its training split as validation (a fixed, per-client
+seeded subset) and trains on the rest. At the start of a round, for each downloaded theta_n:
+
+    w_n = (L(old) - L(theta_n)) / (||theta_n - old|| + 1e-5),  L = mean CE on validation,
+
+weights max(w_n, 0) normalized to sum 1; its model becomes sum_n w_n theta_n, or stays as it
+was if every w_n <= 0. That model is evaluated (the shared protocol: after personalization,
+before training) and trained; the client uploads it and its raw w (P[i, n] += w_n).
+
+``old`` (``reference``): ``start`` (default, PFLlib's ``old_model``) is the model the client
+started its previous training from; ``trained`` (the paper's theta_i^{t-1}) is its current,
+last-trained model. Either way "stays as it was" keeps the current model (PFLlib).
+
+Memory: the server needs every client's latest upload (any client may be among anyone's top
+M), so it keeps them in its own spillable store (``server_memory_gb``; beyond it, on disk);
+each client's own model (and ``start``) is its private state in the driver's client store.
+A round moves M models per client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    ClientInfo,
+    ClientPlan,
+    ClientProbe,
+    ClientState,
+    ClientUpdate,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.registry import register
+from fedsim.errors import ConfigError
+
+REFERENCES = ("start", "trained")
+VAL_SEED = 20210503  # the validation subset depends only on the client
+
+
+@dataclass
+class FedFomoParams(AlgorithmParams):
+    """``algorithm.*`` keys of FedFomo."""
+
+    peers: int = 5  # M: models each client downloads (PFLlib ``M``)
+    val_ratio: float = 0.2  # share of the training split held out for weighting
+    reference: str = "start"  # old model: start (PFLlib) | trained (the paper)
+    server_memory_gb: float | None = None  # server copies beyond it spill (None: 1/4 of RAM)
+
+    def __post_init__(self) -> None:
+        if self.peers < 1:
+            raise ConfigError("algorithm.peers", self.peers, "must be >= 1")
+        if not 0 < self.val_ratio < 1:
+            raise ConfigError("algorithm.val_ratio", self.val_ratio, "must be in (0, 1)")
+        if self.reference not in REFERENCES:
+            raise ConfigError("algorithm.reference", self.reference, "allowed: start, trained")
+        if self.server_memory_gb is not None and not self.server_memory_gb >= 0:
+            raise ConfigError("algorithm.server_memory_gb", self.server_memory_gb, "must be >= 0")
+
+
+def split_validation(
+    train: np.ndarray, val_ratio: float, client: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train part, validation part): a per-client seeded ``val_ratio`` share, at least one."""
+    train = np.asarray(train, dtype=np.int64)
+    n_val = int(val_ratio * len(train))
+    if len(train) >= 2:
+        n_val = min(max(n_val, 1), len(train) - 1)
+    else:
+        n_val = 0
+    rng = np.random.default_rng([client, VAL_SEED])
+    held = np.zeros(len(train), dtype=bool)
+    held[rng.choice(len(train), size=n_val, replace=False)] = True
+    return train[~held], train[held]
+
+
+def fomo_weights(old_loss: float, peer_losses: list[float], distances: list[float]) -> torch.Tensor:
+    """Raw w_n = (L(old) - L(theta_n)) / (||theta_n - old|| + 1e-5), float64."""
+    losses = torch.tensor(peer_losses, dtype=torch.float64)
+    dist = torch.tensor(distances, dtype=torch.float64)
+    return (old_loss - losses) / (dist + 1e-5)
+
+
+def combine(
+    current: torch.Tensor, peers: list[torch.Tensor], raw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum_n w_n theta_n with w = max(raw, 0) / sum, those w); ``current`` if all <= 0."""
+    weights = raw.clamp(min=0)
+    total = float(weights.sum())
+    if not peers or total <= 0:
+        return current, torch.zeros_like(raw)
+    weights = weights / total
+    mixed = torch.zeros(current.numel(), dtype=torch.float64)
+    for w, theta in zip(weights.tolist(), peers, strict=True):
+        if w > 0:
+            mixed += w * theta.to(torch.float64)
+    return mixed.to(torch.float32), weights
+
+
+def validation_loss(probe: ClientProbe, params: torch.Tensor, indices: np.ndarray) -> float:
+    """Mean CE of ``params`` on ``indices`` (eval mode)."""
+    result = probe.evaluate(params, indices)
+    return result.loss_sum / max(result.num_samples, 1)
+
+
+@register
+class FedFomo(Algorithm):
+    """First-order model optimization: personal mixes of the most useful peers' models."""
+
+    name = "fedfomo"
+    Params = FedFomoParams
+    uses_client_state = True  # the client's model (and the one it last started from)
+
+    # --- driver side ---
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        """P = identity; an empty store for the server's copies of client models."""
+        from fedsim.runtime.state_store import ClientStateStore  # plain storage, no Ray
+
+        gb = self.params.server_memory_gb
+        n = self.federation.num_clients
+        return {
+            "params": initial_params.clone(),
+            "affinity": torch.eye(n, dtype=torch.float64),
+            "models": ClientStateStore(None if gb is None else int(gb * 2**30)),
+        }
+
+    def top_peers(self, state: ServerState, client: int) -> list[int]:
+        """The M uploaded clients with the largest P[client, j] (ties: smaller id first)."""
+        row = state["affinity"][client]
+        candidates = state["models"].clients()
+        ranked = sorted(candidates, key=lambda j: (-float(row[j]), j))
+        return ranked[: self.params.peers]
+
+    def client_payload(self, state: ServerState, client: int) -> dict[str, Any]:
+        ids = self.top_peers(state, client)
+        return {"peer_ids": ids, "peers": [state["models"].get(j)["params"] for j in ids]}
+
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        """Keep each upload for the others; P[i, n] += w_n (raw, as PFLlib)."""
+        affinity = state["affinity"].clone()
+        for client in sorted(individual):
+            upload = individual[client]
+            state["models"].put(client, {"params": upload["params"]})
+            ids = upload["peer_ids"]
+            if ids:
+                affinity[client, ids] += upload["weights"].to(torch.float64)
+        return {**state, "affinity": affinity}
+
+    # --- worker side ---
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        """Weight the peers on the held-out split, mix, then train on the rest."""
+        current = broadcast["params"] if state is None else state["params"]
+        reference = current
+        if state is not None and self.params.reference == "start":
+            reference = state["start"]
+        probe = client.probe
+        if probe is not None:
+            indices = probe.train_indices
+        else:  # on the driver (e.g. plotting the final models): no data, no re-weighting
+            indices = self.federation.client_train_indices[client.client]
+        train, val = split_validation(indices, self.params.val_ratio, client.client)
+        ids, peers = payload.get("peer_ids", []), payload.get("peers", [])
+        raw = torch.zeros(len(ids), dtype=torch.float64)
+        model = current
+        if ids and len(val) > 0 and probe is not None:
+            old_loss = validation_loss(probe, reference, val)
+            losses = [validation_loss(probe, theta, val) for theta in peers]
+            distances = [float(torch.linalg.vector_norm(theta - reference)) for theta in peers]
+            raw = fomo_weights(old_loss, losses, distances)
+            model, _ = combine(current, peers, raw)
+        return ClientPlan(
+            train_params=model,
+            train_indices=train,
+            context={"peer_ids": list(ids), "weights": raw},
+        )
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        """Upload the trained model and the raw weights; keep both models it needs."""
+        new_state = {"params": trained}
+        if self.params.reference == "start":
+            new_state["start"] = plan.train_params.clone()
+        upload = {"params": trained, "peer_ids": plan.context["peer_ids"]}
+        upload["weights"] = plan.context["weights"]
+        return ClientUpdate(individual=upload, state=new_state)

@@ -1,0 +1,254 @@
+"""FedPer: federated base layers, personal top layers that never leave the client.
+
+Arivazhagan et al. 2019 (seed 001); PFLlib ``servers/serverper.py``. Rules: ALGORITHMS.md,
+"FedPer". The model's named blocks (``FLModule.block_names``, bottom -> top) are split into a
+base (every block below the top K) and K personal blocks; K = ``personal_layers`` (1: only the
+output layer, as PFLlib). Clients train the whole model; only the base is uploaded, and the
+server averages it with weights n_i / sum n (``weighting: n``) or sqrt(n_i) / sum sqrt(n)
+(``sqrt``, the seed's choice for imbalanced clients). The personal part is the client's
+private state (in the driver's client state store, spilled to disk beyond its budget), so it
+survives any number of rounds in which the client is not sampled.
+
+Seed options:
+- ``finetune_epochs`` E > 0: when a client receives a new base, it first trains its personal
+  layers for E epochs with the base frozen (the seed's "fine-tune between rounds"); that
+  adapted model is what it is evaluated with and trains from.
+- ``cold_start_rounds`` R: rounds 0..R-1 are plain FedAvg on the full model (same weighting);
+  from round R on a client starts its personal layers from the global model it then receives.
+- Per-client K: ``client_personal_layers`` ({client: K}) or a device-capability tier
+  (``client_tiers`` {client: tier}, ``tier_personal_layers`` {tier: K}, by default the seed's
+  high 3 / mid 2 / low 1). A parameter is averaged over the clients whose base holds it; one
+  that is personal for every client of a round keeps its server value.
+
+A client that has no personal layers yet (never trained under FedPer) takes them from the
+server's model: the initial model's (PFLlib: every client starts from a copy of it), or the
+cold-start FedAvg model, or the average of clients for whom those blocks are base.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    ClientInfo,
+    ClientPlan,
+    ClientState,
+    ClientUpdate,
+    FederationInfo,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.registry import register
+from fedsim.errors import ConfigError
+from lightning_modules.flat_params import ParamLayout
+
+WEIGHTINGS = ("n", "sqrt")
+FINETUNE_KEY = 11  # seeds the fine-tune pass apart from the main training
+
+
+def _check_k_map(key: str, mapping: Any, value_ok: str) -> dict[Any, int]:
+    if not isinstance(mapping, dict):
+        raise ConfigError(key, mapping, f"must be a mapping {value_ok}")
+    for k, v in mapping.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{key}.{k}", v, "must be an integer >= 0 (blocks kept personal)")
+    return mapping
+
+
+@dataclass
+class FedPerParams(AlgorithmParams):
+    """``algorithm.*`` keys of FedPer."""
+
+    personal_layers: int = 1  # K: top blocks kept on the client (1: the output layer)
+    weighting: str = "n"  # n: n_i / sum n | sqrt: sqrt(n_i) / sum sqrt(n)
+    finetune_epochs: int = 0  # E: personal layers trained with the base frozen (0: off)
+    cold_start_rounds: int = 0  # R: full-model FedAvg rounds before the split
+    client_personal_layers: dict | None = None  # {client: K}, overrides tiers and the default
+    client_tiers: dict | None = None  # {client: tier}, K from tier_personal_layers
+    tier_personal_layers: dict = field(default_factory=lambda: {"high": 3, "mid": 2, "low": 1})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.personal_layers, bool) or self.personal_layers < 0:
+            raise ConfigError(
+                "algorithm.personal_layers", self.personal_layers, "must be an integer >= 0"
+            )
+        if self.weighting not in WEIGHTINGS:
+            raise ConfigError("algorithm.weighting", self.weighting, "allowed: n, sqrt")
+        if self.finetune_epochs < 0:
+            raise ConfigError("algorithm.finetune_epochs", self.finetune_epochs, "must be >= 0")
+        if self.cold_start_rounds < 0:
+            raise ConfigError("algorithm.cold_start_rounds", self.cold_start_rounds, "must be >= 0")
+        _check_k_map("algorithm.tier_personal_layers", self.tier_personal_layers, "tier: K")
+        if self.client_personal_layers is not None:
+            _check_k_map("algorithm.client_personal_layers", self.client_personal_layers, "id: K")
+        if self.client_tiers is not None:
+            if not isinstance(self.client_tiers, dict):
+                raise ConfigError("algorithm.client_tiers", self.client_tiers, "must be a mapping")
+            for client, tier in self.client_tiers.items():
+                if tier not in self.tier_personal_layers:
+                    allowed = ", ".join(map(str, self.tier_personal_layers))
+                    raise ConfigError(
+                        f"algorithm.client_tiers.{client}", tier, f"allowed tiers: {allowed}"
+                    )
+
+
+def flat_ranges(layout: ParamLayout, names: list[str]) -> list[tuple[int, int]]:
+    """The entries ``names`` as merged, sorted [start, stop) ranges of the flat vector."""
+    spans = sorted((layout.slice_of(n).start, layout.slice_of(n).stop) for n in names)
+    merged: list[tuple[int, int]] = []
+    for start, stop in spans:
+        if merged and merged[-1][1] == start:
+            merged[-1] = (merged[-1][0], stop)
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def gather(flat: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:
+    """A new vector with the entries of ``ranges`` (a copy, never a view of ``flat``)."""
+    if not ranges:
+        return flat.new_empty(0)
+    return torch.cat([flat[a:b] for a, b in ranges])
+
+
+def scatter(flat: torch.Tensor, ranges: list[tuple[int, int]], values: torch.Tensor) -> None:
+    """Write ``values`` (as made by ``gather``) back into the entries of ``ranges``."""
+    offset = 0
+    for a, b in ranges:
+        flat[a:b] = values[offset : offset + b - a]
+        offset += b - a
+
+
+@register
+class FedPer(Algorithm):
+    """Base layers averaged on the server; the top K blocks stay on each client."""
+
+    name = "fedper"
+    Params = FedPerParams
+    uses_client_state = True  # the personal layers
+
+    def __init__(self, params: FedPerParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        self._check_clients()
+        blocks = federation.block_names
+        self.client_k = [self._k_of(c, len(blocks)) for c in range(federation.num_clients)]
+        names = [e.name for e in federation.layout.entries]  # outside every block: base
+        self.base_names: dict[int, list[str]] = {}
+        self.base_ranges: dict[int, list[tuple[int, int]]] = {}
+        self.personal_ranges: dict[int, list[tuple[int, int]]] = {}
+        for k in sorted(set(self.client_k)):
+            top = blocks[len(blocks) - k :] if k else []
+            personal = {n for b in top for n in federation.block_parameters[b]}
+            base = [n for n in names if n not in personal]
+            self.base_names[k] = base
+            self.base_ranges[k] = flat_ranges(federation.layout, base)
+            self.personal_ranges[k] = flat_ranges(federation.layout, sorted(personal))
+
+    def _k_of(self, client: int, num_blocks: int) -> int:
+        p = self.params
+        key, k = "algorithm.personal_layers", p.personal_layers
+        if p.client_tiers is not None and client in p.client_tiers:
+            key = f"algorithm.client_tiers.{client}"
+            k = p.tier_personal_layers[p.client_tiers[client]]
+        if p.client_personal_layers is not None and client in p.client_personal_layers:
+            key, k = f"algorithm.client_personal_layers.{client}", p.client_personal_layers[client]
+        if k > num_blocks:
+            raise ConfigError(
+                key, k, f"the model has {num_blocks} blocks: K must be in 0..{num_blocks}"
+            )
+        return k
+
+    def _check_clients(self) -> None:
+        n = self.federation.num_clients
+        for key, mapping in (
+            ("algorithm.client_personal_layers", self.params.client_personal_layers),
+            ("algorithm.client_tiers", self.params.client_tiers),
+        ):
+            for client in mapping or {}:
+                if not isinstance(client, int) or not 0 <= client < n:
+                    raise ConfigError(f"{key}.{client}", client, f"client ids are 0..{n - 1}")
+
+    def weight(self, num_train: int) -> float:
+        """The client's aggregation weight before normalization: n_i or sqrt(n_i)."""
+        return math.sqrt(num_train) if self.params.weighting == "sqrt" else float(num_train)
+
+    def cold(self, round_idx: int) -> bool:
+        """Whether ``round_idx`` is a cold-start (full-model FedAvg) round."""
+        return round_idx < self.params.cold_start_rounds
+
+    # --- driver side ---
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        """Each entry: weighted mean over the clients whose upload holds it; else unchanged."""
+        params = state["params"]
+        if self.cold(round_idx):
+            total = sums.get("params")
+            if total is None or total.weight <= 0:
+                return state
+            return {**state, "params": total.mean()}
+        numerator = torch.zeros(params.numel(), dtype=torch.float64)
+        denominator = torch.zeros(params.numel(), dtype=torch.float64)
+        for k, ranges in self.base_ranges.items():
+            total = sums.get(f"base_k{k}")
+            if total is None or total.weight <= 0 or total.value is None:
+                continue
+            offset = 0
+            for a, b in ranges:
+                numerator[a:b] += total.value[offset : offset + b - a]
+                denominator[a:b] += total.weight
+                offset += b - a
+        held = denominator > 0
+        if not bool(held.any()):
+            return state
+        new = params.clone()
+        new[held] = (numerator[held] / denominator[held]).to(params.dtype)
+        return {**state, "params": new}
+
+    # --- worker side ---
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        """Global base + own personal layers (+ the optional fine-tune with the base frozen)."""
+        server = broadcast["params"]
+        if self.cold(client.round):
+            return ClientPlan(train_params=server)
+        k = self.client_k[client.client]
+        model = server.clone()
+        if state is not None:
+            scatter(model, self.personal_ranges[k], state["personal"])
+        epochs = self.params.finetune_epochs
+        if epochs > 0 and k > 0 and client.probe is not None:
+            tuned, loss = client.probe.train(
+                model, epochs=epochs, frozen=self.base_names[k], key=FINETUNE_KEY
+            )
+            if math.isfinite(loss):
+                model = tuned
+        return ClientPlan(train_params=model)
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        """Upload the base only; keep the personal layers as private state."""
+        weight = self.weight(client.num_train)
+        if self.cold(client.round):
+            return ClientUpdate(sums={"params": (weight, trained)})
+        k = self.client_k[client.client]
+        sums: dict[str, tuple[float, torch.Tensor]] = {}
+        if self.base_ranges[k]:
+            sums[f"base_k{k}"] = (weight, gather(trained, self.base_ranges[k]))
+        return ClientUpdate(sums=sums, state={"personal": gather(trained, self.personal_ranges[k])})

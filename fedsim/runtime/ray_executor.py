@@ -1,0 +1,276 @@
+"""RayExecutor: a pool of long-lived worker actors, each running many clients per round.
+
+DESIGN.md "Runtime rules": no actor per client (an idle actor costs ~0.8 GB and seconds to
+start), one call per worker per round, parameters as numpy buffers, the dataset in the
+object store once. Each round the cohort is split largest-first across the workers; each
+worker returns one partial aggregate; results come back in worker order, so the reduction
+order is fixed. A worker that dies mid-round is replaced and its share re-run from the
+pre-round state the tasks still carry, so nothing is lost and the results do not change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import RayActorError
+
+from fedsim.config import RuntimeConfig
+from fedsim.data.federated import FederatedData
+from fedsim.errors import ConfigError
+from fedsim.runtime.executor import Executor
+from fedsim.runtime.ray_worker import WorkerActor
+from fedsim.runtime.scheduling import assign_balanced
+from fedsim.runtime.wire import to_wire
+from fedsim.runtime.worker import (
+    ClientTask,
+    EvalTask,
+    GradientTask,
+    Task,
+    WorkerResult,
+    WorkerSpec,
+)
+
+log = logging.getLogger(__name__)
+
+TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
+TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
+STARTUP_TIMEOUT_S = 600.0  # an actor start takes seconds; a cluster may need minutes to scale
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolPlan:
+    """Resolved pool size and per-worker resources."""
+
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+    @property
+    def threads(self) -> int:
+        """Torch intra-op threads per worker: its whole CPUs, at least one."""
+        return max(1, int(self.cpus_per_worker))
+
+
+def plan_pool(runtime: RuntimeConfig, cluster_cpus: float, cluster_gpus: float) -> PoolPlan:
+    """Workers and resources from the config and the cluster's totals (raises ConfigError).
+
+    Defaults fill the machine: ``workers_per_gpu`` workers per GPU when the cluster has GPUs
+    (each with ``1 / workers_per_gpu`` of one), else one worker per ``cpus_per_worker`` CPUs.
+    """
+    gpus = runtime.gpus_per_worker
+    if gpus is None:
+        gpus = 1.0 / runtime.workers_per_gpu if cluster_gpus > 0 else 0.0
+    cpus = runtime.cpus_per_worker
+    by_cpu = int(cluster_cpus / cpus + 1e-9)
+    if runtime.workers is not None:
+        workers = runtime.workers
+    elif gpus > 0:
+        workers = min(int(cluster_gpus / gpus + 1e-9), by_cpu)
+    else:
+        workers = by_cpu
+    if workers < 1:
+        raise ConfigError(
+            "runtime.cpus_per_worker",
+            cpus,
+            f"the cluster has {cluster_cpus:g} CPUs and {cluster_gpus:g} GPUs: not enough for "
+            "one worker",
+        )
+    if workers * cpus > cluster_cpus + 1e-9:
+        raise ConfigError(
+            "runtime.workers",
+            workers,
+            f"{workers} workers x cpus_per_worker={cpus:g} need {workers * cpus:g} CPUs, "
+            f"the cluster has {cluster_cpus:g}; lower runtime.workers or runtime.cpus_per_worker",
+        )
+    if workers * gpus > cluster_gpus + 1e-9:
+        raise ConfigError(
+            "runtime.gpus_per_worker",
+            gpus,
+            f"{workers} workers need {workers * gpus:g} GPUs, the cluster has {cluster_gpus:g}",
+        )
+    return PoolPlan(workers=workers, cpus_per_worker=cpus, gpus_per_worker=gpus)
+
+
+def task_cost(task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epochs: int) -> float:
+    """Relative compute of a task, in sample-forward units (used to balance workers)."""
+    cost = TASK_COST_FIXED
+    if isinstance(task, ClientTask):
+        if task.train:
+            cost += TRAIN_COST_PER_SAMPLE * epochs * float(train_sizes[task.client])
+        if task.evaluate:
+            cost += float(test_sizes[task.client])
+    elif isinstance(task, GradientTask):
+        n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
+        if task.num_samples is not None:
+            n = min(n, task.num_samples)
+        cost += TRAIN_COST_PER_SAMPLE * n
+    elif isinstance(task, EvalTask):
+        cost += len(task.indices) if task.indices is not None else float(test_sizes[task.client])
+    return cost
+
+
+class RayExecutor(Executor):
+    """A fixed pool of ``WorkerActor``s; one ``run`` call per worker per round."""
+
+    def __init__(
+        self,
+        runtime: RuntimeConfig,
+        spec: WorkerSpec,
+        data: FederatedData,
+        *,
+        max_failures_per_round: int | None = None,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ):
+        self._owns_ray = False
+        self._actors: list[Any] = []
+        self._data_ref: Any = None
+        try:
+            self._connect(runtime)
+            resources = ray.cluster_resources()
+            self.plan = plan_pool(runtime, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
+            self.num_workers = self.plan.workers
+            self.max_failures_per_round = (
+                2 * self.num_workers if max_failures_per_round is None else max_failures_per_round
+            )
+            self._spec = dataclasses.replace(spec, num_threads=self.plan.threads)
+            self._epochs = spec.epochs
+            self._train_sizes, self._test_sizes = data.train_sizes(), data.test_sizes()
+            self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
+            self._spec_ref = ray.put(self._spec)
+            self._actor_class = ray.remote(WorkerActor).options(
+                num_cpus=self.plan.cpus_per_worker,
+                num_gpus=self.plan.gpus_per_worker,
+                max_restarts=0,
+                max_task_retries=0,
+            )
+            self._actors = [self._new_actor() for _ in range(self.num_workers)]
+            # Wait here: startup errors surface now, and startup is not timed as round 0.
+            self.worker_info = self._wait_ready(startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- lifecycle ---
+    def _connect(self, runtime: RuntimeConfig) -> None:
+        """Use a Ray this process already joined, else the configured cluster, else a local one."""
+        if ray.is_initialized():
+            return
+        address = runtime.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING)
+        else:
+            cpus = os.cpu_count() or 1
+            if runtime.workers is not None:
+                cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))
+            # A private cluster on loopback: no token auth files (DESIGN.md). Workers at normal
+            # priority: they are the job (Ray's default nice 15 starves them on a busy machine).
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            os.environ.setdefault("RAY_worker_niceness", "0")
+            ray.init(
+                address="local",  # a new cluster, even if another one runs on this machine
+                num_cpus=cpus,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
+        self._owns_ray = True
+
+    def _wait_ready(self, timeout_s: float) -> list[dict[str, Any]]:
+        """Each actor's ``ready()`` info; a clear error if they cannot all be placed in time."""
+        refs = [a.ready.remote() for a in self._actors]
+        began = time.monotonic()
+        while True:
+            left = timeout_s - (time.monotonic() - began)
+            done, pending = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(60, left)))
+            if not pending:
+                return ray.get(refs)
+            free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+            message = (
+                f"{len(pending)} of {len(refs)} workers not started after "
+                f"{time.monotonic() - began:.0f} s (each needs {self.plan.cpus_per_worker:g} CPU, "
+                f"{self.plan.gpus_per_worker:g} GPU; free now: {free})"
+            )
+            if left <= 60:
+                raise RuntimeError(message + "; is another job holding the cluster?")
+            log.warning(message)
+
+    def _new_actor(self) -> Any:
+        return self._actor_class.remote(self._spec_ref, self._data_ref, self.plan.gpus_per_worker)
+
+    def close(self) -> None:
+        """Kill the actors; shut down (or disconnect from) Ray if this executor started it."""
+        actors, self._actors = self._actors, []
+        for actor in actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead or Ray already gone
+                pass
+        self._data_ref = None
+        if self._owns_ray:
+            self._owns_ray = False
+            ray.shutdown()
+
+    # --- rounds ---
+    def run_round(
+        self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]
+    ) -> list[WorkerResult]:
+        """Split ``tasks`` largest-first over the workers; one WorkerResult per worker."""
+        if not self._actors:
+            raise RuntimeError("RayExecutor is closed")
+        results = [WorkerResult() for _ in range(self.num_workers)]
+        if not tasks:
+            return results
+        costs = [task_cost(t, self._train_sizes, self._test_sizes, self._epochs) for t in tasks]
+        shares = assign_balanced(costs, self.num_workers)
+        broadcast_ref = ray.put(to_wire(broadcast))  # once per round, not once per worker
+        share_refs = {
+            worker: ray.put(to_wire([tasks[i] for i in share]))
+            for worker, share in enumerate(shares)
+            if share
+        }
+        pending = {
+            self._actors[w].run.remote(round_idx, broadcast_ref, ref): w
+            for w, ref in share_refs.items()
+        }
+        failures = 0
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            worker = pending.pop(done[0])
+            try:
+                results[worker] = ray.get(done[0])
+            except RayActorError as error:
+                failures += 1
+                if failures > self.max_failures_per_round:
+                    raise RuntimeError(
+                        f"round {round_idx}: {failures} worker failures (limit "
+                        f"{self.max_failures_per_round}); last: {error}"
+                    ) from error
+                log.warning(
+                    "round %d: worker %d died (%s); restarting it and re-running its %d tasks",
+                    round_idx,
+                    worker,
+                    type(error).__name__,
+                    len(shares[worker]),
+                )
+                self._replace_actor(worker)
+                ref = self._actors[worker].run.remote(round_idx, broadcast_ref, share_refs[worker])
+                pending[ref] = worker
+        return results
+
+    def _replace_actor(self, worker: int) -> None:
+        try:
+            ray.kill(self._actors[worker], no_restart=True)
+        except Exception:  # noqa: BLE001 - it is dead already
+            pass
+        self._actors[worker] = self._new_actor()
+
+    # --- test hook ---
+    def crash_worker_on_round(self, worker: int, round_idx: int) -> None:
+        """Make worker ``worker`` exit abruptly in the middle of round ``round_idx`` (tests)."""
+        ray.get(self._actors[worker].crash_on_round.remote(round_idx))

@@ -1,0 +1,224 @@
+"""``fedsim report RUN_DIR``: the standard plots of a run folder, as PNGs in ``RUN_DIR/plots/``.
+
+Everything is derived from the run folder's files (metrics.jsonl, clients.csv,
+partition.json, config.yaml), so a report can be redrawn at any time:
+
+- ``accuracy_curves.png``: sample-weighted, unweighted mean (+- std) and worst-10% accuracy;
+- ``client_accuracy_distribution.png``: per-round spread of client accuracies (percentiles);
+- ``client_accuracy_vs_classes.png``: final per-client accuracy vs classes the client holds;
+- ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples.
+
+An algorithm's own figure (cwFedAvg's ``row_norms.png``, drawn by ``fedsim.tracking.plots``
+at the end of a run from the final model state) is listed alongside when present.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fedsim.errors import ConfigError
+
+ACCURACY_CURVES = "accuracy_curves.png"
+CLIENT_DISTRIBUTION = "client_accuracy_distribution.png"
+VS_CLASSES = "client_accuracy_vs_classes.png"
+VS_SAMPLES = "client_accuracy_vs_samples.png"
+REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES)
+ALGORITHM_PLOTS = ("row_norms.png",)  # drawn at the end of a run by fedsim.tracking.plots
+
+
+@dataclass
+class RunData:
+    """A run folder's contents: per-round metrics, per-client rows, partition, config."""
+
+    run_dir: Path
+    metrics: list[dict[str, Any]]
+    clients: dict[str, np.ndarray]  # column -> array over rows (client, round, accuracy, ...)
+    partition: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``name (algorithm)`` for legends."""
+        algorithm = (self.config.get("algorithm") or {}).get("name", "?")
+        return f"{self.config.get('name', self.run_dir.name)} ({algorithm})"
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rounds, values) of a per-round metric over the rounds that have it."""
+        rows = [m for m in self.metrics if key in m]
+        return np.array([m["round"] for m in rows]), np.array([m[key] for m in rows], dtype=float)
+
+    def final_clients(self) -> dict[str, np.ndarray]:
+        """Per-client rows of the last evaluated round."""
+        if not len(self.clients.get("round", [])):
+            return {k: v[:0] for k, v in self.clients.items()}
+        last = self.clients["round"] == self.clients["round"].max()
+        return {k: v[last] for k, v in self.clients.items()}
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run folder (raises ConfigError when it is not one)."""
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / "metrics.jsonl"
+    if not metrics_path.is_file():
+        raise ConfigError("run_dir", str(run_dir), "not a run folder (no metrics.jsonl)")
+    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    columns: dict[str, list[float]] = {}
+    clients_path = run_dir / "clients.csv"
+    if clients_path.is_file():
+        with open(clients_path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                for key, value in row.items():
+                    columns.setdefault(key, []).append(float(value))
+    clients = {k: np.array(v) for k, v in columns.items()}
+    for key in ("client", "round", "n", "classes"):
+        if key in clients:
+            clients[key] = clients[key].astype(np.int64)
+
+    def read(name: str, loader: Any) -> dict[str, Any]:
+        path = run_dir / name
+        return (loader(path.read_text()) or {}) if path.is_file() else {}
+
+    return RunData(
+        run_dir=run_dir,
+        metrics=metrics,
+        clients=clients,
+        partition=read("partition.json", json.loads),
+        config=read("config.yaml", yaml.safe_load),
+        summary=read("summary.json", json.loads),
+    )
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _integer_ticks(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _save(fig: Any, path: Path) -> Path:
+    for ax in fig.axes:
+        if ax.get_xlabel() == "round":
+            _integer_ticks(ax.xaxis)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_accuracy_curves(run: RunData, path: Path) -> Path:
+    """Weighted, mean (+- std band) and worst-10% accuracy per evaluated round."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    rounds, mean = run.series("acc_mean")
+    _, std = run.series("acc_std")
+    for key, label in (
+        ("acc_weighted", "weighted"),
+        ("acc_mean", "mean over clients"),
+        ("acc_worst10", "worst 10%"),
+    ):
+        x, y = run.series(key)
+        ax.plot(x, y, marker="o" if len(x) <= 30 else None, ms=3, label=label)
+    if len(rounds) and len(std) == len(mean):
+        ax.fill_between(rounds, mean - std, mean + std, alpha=0.15, label="mean +- std")
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(run.label, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_client_distribution(run: RunData, path: Path) -> Path:
+    """Percentile bands (min-max, 10-90, 25-75) and median of client accuracies per round."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    if len(run.clients.get("round", [])):
+        rounds = np.unique(run.clients["round"])
+        per_round = [run.clients["accuracy"][run.clients["round"] == r] for r in rounds]
+        pct = np.array([np.percentile(a, [0, 10, 25, 50, 75, 90, 100]) for a in per_round])
+        for (lo, hi), alpha, label in (
+            ((0, 6), 0.12, "min-max"),
+            ((1, 5), 0.2, "10-90%"),
+            ((2, 4), 0.3, "25-75%"),
+        ):
+            ax.fill_between(rounds, pct[:, lo], pct[:, hi], alpha=alpha, color="C0", label=label)
+        ax.plot(rounds, pct[:, 3], color="C0", label="median")
+    ax.set_xlabel("round")
+    ax.set_ylabel("client test accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{run.label}: per-client accuracy", fontsize=10)
+    return _save(fig, path)
+
+
+def train_samples(run: RunData, clients: np.ndarray) -> np.ndarray:
+    """Training samples of each client (partition.json), or its test samples if absent."""
+    sizes = {c["client"]: c["train"] for c in run.partition.get("clients", [])}
+    return np.array([sizes.get(int(c), np.nan) for c in clients], dtype=float)
+
+
+def plot_final_vs(run: RunData, path: Path, by: str) -> Path:
+    """Final per-client accuracy against ``classes`` or training ``samples``, with trend."""
+    plt = _pyplot()
+    final = run.final_clients()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    accuracy = final.get("accuracy", np.array([]))
+    if by == "classes":
+        x = final.get("classes", np.array([])).astype(float)
+        rng = np.random.default_rng(0)
+        ax.scatter(x + rng.uniform(-0.15, 0.15, len(x)), accuracy, s=14, alpha=0.6)
+        for value in np.unique(x):
+            ax.plot(value, accuracy[x == value].mean(), "k_", ms=18, mew=2)
+        if len(x):
+            ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
+            ax.set_xticks(np.arange(int(x.min()), int(x.max()) + 1))
+        ax.set_xlabel("classes in the client's training data (black: mean)")
+    else:
+        x = train_samples(run, final.get("client", np.array([], dtype=int)))
+        ax.scatter(x, accuracy, s=14, alpha=0.6)
+        ok = np.isfinite(x)
+        if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
+            slope, intercept = np.polyfit(x[ok], accuracy[ok], 1)
+            grid = np.linspace(x[ok].min(), x[ok].max(), 2)
+            ax.plot(grid, slope * grid + intercept, "k--", lw=1, label="linear fit")
+            ax.legend(fontsize=8, loc="lower right")
+        ax.set_xlabel("training samples of the client")
+    last = int(final["round"].max()) if len(final.get("round", [])) else 0
+    ax.set_ylabel(f"test accuracy at round {last}")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{run.label}: final per-client accuracy", fontsize=10)
+    return _save(fig, path)
+
+
+def write_report(run_dir: str | Path) -> list[Path]:
+    """Every report plot into ``run_dir/plots/``; returns them plus existing algorithm figures."""
+    run = load_run(run_dir)
+    plots = run.run_dir / "plots"
+    written = [
+        plot_accuracy_curves(run, plots / ACCURACY_CURVES),
+        plot_client_distribution(run, plots / CLIENT_DISTRIBUTION),
+        plot_final_vs(run, plots / VS_CLASSES, "classes"),
+        plot_final_vs(run, plots / VS_SAMPLES, "samples"),
+    ]
+    written += [plots / name for name in ALGORITHM_PLOTS if (plots / name).is_file()]
+    return written

@@ -1,0 +1,360 @@
+"""Weights & Biases sink: per-round summaries, per-client accuracy, config, partition, plots.
+
+The W&B run lives in ``<run_dir>/wandb/``. ``mode: online`` falls back to offline when there
+is no API key or the W&B host cannot be reached, and says how to ``wandb sync`` later.
+``WANDB_MODE=offline`` / ``disabled`` in the environment override an ``online`` config.
+Nothing here may fail or block the experiment: any W&B error is reported once on stderr and
+the sink goes quiet. After the run the W&B service process is stopped (``wandb.teardown``)
+unless another W&B run of this process is still active.
+
+``read_offline_run`` reads an offline ``.wandb`` file back (config, history, summary) so tests
+and users can check what will be uploaded before syncing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from fedsim.config import WandbConfig
+from fedsim.tracking.base import RoundRecord, Sink
+
+DEFAULT_HOST = "https://api.wandb.ai"
+CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes"]
+
+
+def _warn(message: str) -> None:
+    print(f"fedsim: W&B: {message}", file=sys.stderr, flush=True)
+
+
+def has_credentials(host: str) -> bool:
+    """An API key in the environment, an identity token, or a netrc entry for ``host``."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        from wandb.sdk.lib.wbauth.wbnetrc import read_netrc_auth
+
+        return bool(read_netrc_auth(host=host))
+    except Exception:  # noqa: BLE001 - wandb internals move between versions
+        netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+        hostname = urlparse(host).hostname or host
+        return netrc.is_file() and hostname in netrc.read_text(errors="ignore")
+
+
+def host_reachable(host: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the W&B host opens within ``timeout`` seconds."""
+    url = urlparse(host)
+    port = url.port or (443 if url.scheme != "http" else 80)
+    try:
+        with socket.create_connection((url.hostname or host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def resolve_mode(requested: str) -> tuple[str, str]:
+    """The mode to use and why: env ``WANDB_MODE`` may only lower it; online needs key + net."""
+    env = os.environ.get("WANDB_MODE", "").strip().lower()
+    if env in ("offline", "dryrun") and requested == "online":
+        return "offline", "WANDB_MODE=offline"
+    if env == "disabled":
+        return "disabled", "WANDB_MODE=disabled"
+    if requested != "online":
+        return requested, f"mode: {requested}"
+    host = os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)
+    if not has_credentials(host):
+        return "offline", "no W&B API key (WANDB_API_KEY or `wandb login`)"
+    if not host_reachable(host):
+        return "offline", f"{host} is not reachable"
+    return "online", "API key and network present"
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class WandbSink(Sink):
+    """Mirrors the run folder into a W&B run; every call is guarded (never raises)."""
+
+    def __init__(self, cfg: WandbConfig, *, name: str | None = None) -> None:
+        self.cfg, self.name = cfg, name
+        self.run: Any = None
+        self.mode = "disabled"
+        self.offline_dir: Path | None = None
+        self._wandb: Any = None
+        self._table: Any = None
+        self._incremental = False
+        self._rows: list[list[Any]] = []
+        self._finished = False
+        self._last_step = 0
+
+    # --- guarded calls ---
+    def _guard(self, what: str, fn: Any, *args: Any) -> None:
+        if self.run is None:
+            return
+        try:
+            fn(*args)
+        except Exception as err:  # noqa: BLE001 - W&B must never fail the experiment
+            _warn(f"{what} failed ({err.__class__.__name__}: {err}); W&B logging stops here")
+            self._abandon()
+
+    def _abandon(self) -> None:
+        run, self.run = self.run, None
+        try:
+            if run is not None:
+                run.finish(exit_code=1)
+        except Exception:  # noqa: BLE001
+            pass
+
+    # --- Sink ---
+    def start(self, run_dir: Path, config: dict[str, Any], partition: dict[str, Any]) -> None:
+        """Open the W&B run in ``run_dir/wandb``; on any failure continue without W&B."""
+        self.run_dir = Path(run_dir)
+        self.mode, reason = resolve_mode(self.cfg.mode)
+        if self.mode == "disabled":
+            return
+        if self.cfg.mode == "online" and self.mode == "offline":
+            _warn(f"logging offline ({reason})")
+        try:
+            import wandb
+
+            self._wandb = wandb
+            self.run = self._init(config, partition)
+        except Exception as err:  # noqa: BLE001
+            if self.mode == "online":
+                _warn(f"online init failed ({err.__class__.__name__}: {err}); logging offline")
+                self.mode = "offline"
+                try:
+                    self.run = self._init(config, partition)
+                except Exception as err2:  # noqa: BLE001
+                    _warn(f"disabled ({err2.__class__.__name__}: {err2})")
+            else:
+                _warn(f"disabled ({err.__class__.__name__}: {err})")
+        if self.run is not None:
+            self.offline_dir = Path(self.run.dir).parent
+            self._guard("partition summary", self._log_partition, partition)
+
+    def _init(self, config: dict[str, Any], partition: dict[str, Any]) -> Any:
+        wandb = self._wandb
+        (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        run_config = dict(config)
+        run_config["partition_stats"] = {
+            k: partition.get(k) for k in ("dataset", "num_clients", "num_classes", "partition")
+        } | {"stats": partition.get("stats", {})}
+        settings = wandb.Settings(console="off", silent=True, init_timeout=60, save_code=False)
+        run = wandb.init(
+            project=self.cfg.project,
+            entity=self.cfg.entity,
+            group=self.cfg.group,
+            tags=list(self.cfg.tags) or None,
+            name=self.name or self.run_dir.name,
+            dir=str(self.run_dir),
+            mode=self.mode,
+            config=run_config,
+            settings=settings,
+            reinit="create_new",
+        )
+        run.define_metric("round")
+        return run
+
+    def _log_partition(self, partition: dict[str, Any]) -> None:
+        wandb = self._wandb
+        for key, value in (partition.get("stats") or {}).items():
+            self.run.summary[f"partition/{key}"] = value
+        rows = [
+            [
+                c["client"],
+                c["train"],
+                c["test"],
+                sum(1 for n in c["train_class_counts"] if n > 0),
+                json.dumps(c["train_class_counts"]),
+            ]
+            for c in partition.get("clients", [])
+        ]
+        columns = ["client", "train", "test", "classes", "train_class_counts"]
+        self.run.log({"partition": wandb.Table(columns=columns, data=rows)}, step=0, commit=False)
+
+    def log_round(self, record: RoundRecord) -> None:
+        """Summary scalars, client histogram, per-client series and table rows at step=round."""
+        self._guard("log_round", self._log_round, record)
+
+    def _log_round(self, record: RoundRecord) -> None:
+        wandb = self._wandb
+        data: dict[str, Any] = {"round": record.round}
+        for key, value in record.summary.items():
+            if _numeric(value):
+                data[key] = value
+        data["num_failed"] = len(record.summary.get("failed_clients") or [])
+        rows = [
+            [c.client, c.round, c.accuracy, c.loss, c.n, c.classes]
+            for c in sorted(record.clients, key=lambda c: c.client)
+        ]
+        if rows:
+            accuracies = [r[2] for r in rows]
+            data["clients/accuracy"] = wandb.Histogram(accuracies, num_bins=min(64, len(rows)))
+            for c in record.clients:
+                if c.client < self.cfg.max_client_series:
+                    data[f"client/{c.client}/accuracy"] = c.accuracy
+            self._add_rows(rows, data)
+        self.run.log(data, step=record.round)
+        self._last_step = record.round
+
+    def _add_rows(self, rows: list[list[Any]], data: dict[str, Any]) -> None:
+        """Incremental table (only new rows each round) where wandb has it, else one at the end."""
+        wandb = self._wandb
+        if self._table is None and not self._rows:
+            try:
+                self._table = wandb.Table(columns=CLIENT_TABLE_COLUMNS, log_mode="INCREMENTAL")
+                self._incremental = True
+            except TypeError:
+                self._incremental = False
+        if self._incremental:
+            for row in rows:
+                self._table.add_data(*row)
+            data["clients"] = self._table
+        else:
+            self._rows.extend(rows)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Best and final summaries into the run summary."""
+        self._guard("finish", self._finish, summary)
+        self._finished = True
+
+    def _finish(self, summary: dict[str, Any]) -> None:
+        for which in ("best", "final"):
+            for key, value in (summary.get(which) or {}).items():
+                self.run.summary[f"{which}/{key}"] = value
+
+    def _log_leftovers(self) -> None:
+        wandb = self._wandb
+        data: dict[str, Any] = {}
+        if self._rows:  # no incremental tables in this wandb: every row in one table
+            data["clients"] = wandb.Table(columns=CLIENT_TABLE_COLUMNS, data=self._rows)
+        if self._finished:
+            for path in sorted((self.run_dir / "plots").glob("*.png")):
+                data[f"plots/{path.stem}"] = wandb.Image(str(path))
+        if data:
+            self.run.log(data, step=self._last_step)
+
+    def close(self) -> None:
+        """Plots (when the run finished), finish the W&B run, stop wandb's service process."""
+        if self._wandb is None:  # never imported: nothing started
+            return
+        self._guard("plots", self._log_leftovers)
+        wandb, self._wandb = self._wandb, None
+        run, self.run = self.run, None
+        if run is not None:
+            try:
+                run.finish(exit_code=0 if self._finished else 1)
+            except Exception as err:  # noqa: BLE001
+                _warn(f"finish failed ({err.__class__.__name__}: {err})")
+        try:
+            if getattr(wandb, "run", None) is None:  # no other W&B run of this process is active
+                wandb.teardown()
+        except Exception:  # noqa: BLE001
+            pass
+        if self.mode == "offline" and self.offline_dir is not None:
+            _warn(f"offline run in {self.offline_dir}; upload with: wandb sync {self.offline_dir}")
+
+
+# --- reading an offline run back ---
+_BLOCK = 32768
+_HEADER = struct.Struct("<4sHB")  # ident ":W&B", magic 0xBEE1, version
+_RECORD = struct.Struct("<IHB")  # crc32, length, type (FULL=1 FIRST=2 MIDDLE=3 LAST=4)
+
+
+@dataclass
+class OfflineRun:
+    """What an offline ``.wandb`` file holds: config, history rows (by step), summary."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def find_wandb_file(path: str | Path) -> Path:
+    """The ``.wandb`` file of a run folder, its ``wandb/`` folder or an offline-run folder."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    candidates = sorted(path.glob("run-*.wandb"))
+    candidates = candidates or sorted(path.glob("offline-run-*/run-*.wandb"))
+    candidates = candidates or sorted(path.glob("wandb/offline-run-*/run-*.wandb"))
+    candidates = candidates or sorted(path.glob("wandb/run-*/run-*.wandb"))
+    if not candidates:
+        raise FileNotFoundError(f"no W&B run file (*.wandb) under {path}")
+    return candidates[-1]
+
+
+def iter_records(path: str | Path) -> Any:
+    """Yield the protobuf ``Record``s of a ``.wandb`` file (LevelDB log format, 32 KiB blocks)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(path).read_bytes()
+    ident, _magic, _version = _HEADER.unpack_from(data, 0)
+    if ident != b":W&B":
+        raise ValueError(f"{path}: not a W&B run file")
+    pos, pending = _HEADER.size, b""
+    while pos + _RECORD.size <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < _RECORD.size:  # block trailer
+            pos += left
+            continue
+        crc, length, kind = _RECORD.unpack_from(data, pos)
+        if length == 0 and kind == 0:
+            pos += left  # zero padding up to the next block
+            continue
+        chunk = data[pos + _RECORD.size : pos + _RECORD.size + length]
+        pos += _RECORD.size + length
+        if zlib.crc32(bytes([kind]) + chunk) & 0xFFFFFFFF != crc:
+            raise ValueError(f"{path}: checksum mismatch at byte {pos}")
+        pending += chunk
+        if kind in (1, 4):  # FULL or LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+    target[keys[-1]] = value
+
+
+def _item_keys(item: Any) -> list[str]:
+    return list(item.nested_key) if item.nested_key else [item.key]
+
+
+def read_offline_run(path: str | Path) -> OfflineRun:
+    """Config, history (one dict per step, in order) and summary of an offline W&B run."""
+    wandb_file = find_wandb_file(path)
+    out = OfflineRun(path=wandb_file)
+    steps: dict[int, dict[str, Any]] = {}
+    for record in iter_records(wandb_file):
+        kind = record.WhichOneof("record_type")
+        if kind in ("run", "config"):
+            items = record.run.config.update if kind == "run" else record.config.update
+            for item in items:
+                _set_nested(out.config, _item_keys(item), json.loads(item.value_json))
+        elif kind == "history":
+            row: dict[str, Any] = {}
+            for item in record.history.item:
+                _set_nested(row, _item_keys(item), json.loads(item.value_json))
+            step = int(row.get("_step", record.history.step.num))
+            steps.setdefault(step, {}).update(row)
+        elif kind == "summary":
+            for item in record.summary.update:
+                _set_nested(out.summary, _item_keys(item), json.loads(item.value_json))
+    out.history = [steps[s] for s in sorted(steps)]
+    out.config.pop("_wandb", None)
+    return out

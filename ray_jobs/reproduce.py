@@ -1,0 +1,272 @@
+"""Run configs x seeds on a Ray cluster and tabulate mean +- std, as the papers' tables do.
+
+    python -m ray_jobs.reproduce configs/cwfedavg/fmnist-pat-*.yaml --seeds 0 1 2 \\
+        --out runs/repro-fmnist rounds=100
+
+    ray job submit --working-dir . -- \\
+        python -m ray_jobs.reproduce configs/a.yaml configs/b.yaml --seeds 0 1 2
+
+Arguments containing ``=`` are dotted overrides applied to every config. Every (config,
+seed) is one Ray task in its own placement group (the bundles ``fedsim tune`` uses: the
+local executor in one bundle of ``runtime.cpus_per_worker`` CPUs; with
+``--trial-executor ray``, the default when ``runtime.gpus_per_worker > 0``, a Ray worker pool
+of ``runtime.workers`` bundles), so runs share a cluster without oversubscribing it.
+Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
+
+Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run),
+``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
+``mean ± std`` over seeds, population std as PFLlib reports it). On a multi-node cluster
+``--out`` and ``data.root`` must be paths every node shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsim.config import config_from_dict, load_config
+from fedsim.errors import ConfigError
+
+COLUMNS = (
+    ("best", "acc_weighted"),
+    ("final", "acc_weighted"),
+    ("final", "acc_mean"),
+    ("final", "acc_worst10"),
+)
+
+
+@dataclass
+class ReproduceOutcome:
+    """Per-config rows (mean/std), per-run errors (None: ok) and the output folder."""
+
+    rows: list[dict]
+    errors: list[str | None]
+    out_dir: Path
+
+
+@dataclass
+class RunSpec:
+    """One (config, seed) run: its validated raw config and run folder."""
+
+    config: str
+    label: str
+    seed: int
+    raw: dict[str, Any]
+    run_dir: str
+
+
+def run_one(raw: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """Ray task body: one full experiment; returns its ``{"best", "final"}`` summary."""
+    from fedsim.experiment import run_experiment
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    result = run_experiment(config_from_dict(raw), run_dir, progress=False)
+    return result.summary
+
+
+def plan_runs(
+    configs: list[str], seeds: list[int], overrides: list[str], out: Path, trial_executor: str
+) -> list[RunSpec]:
+    """Validate every (config, seed) before Ray starts; name their run folders."""
+    from ray_jobs.tune import trial_executor_for
+
+    specs = []
+    for config in configs:
+        for seed in seeds:
+            cfg = load_config(config, [*overrides, f"seed={seed}"])
+            executor = trial_executor_for(cfg.runtime, trial_executor)
+            raw = cfg.to_dict()
+            raw["data"]["root"] = str(Path(raw["data"]["root"]).resolve())
+            raw["runtime"]["executor"] = executor
+            if executor == "ray":
+                raw["runtime"]["workers"] = cfg.runtime.workers or 1
+                raw["runtime"]["address"] = None
+            config_from_dict(raw)
+            label = f"{cfg.name} ({cfg.algorithm.name})"
+            run_dir = out / "runs" / f"{Path(config).stem}-seed{seed}"
+            specs.append(RunSpec(config, label, seed, raw, str(run_dir)))
+    return specs
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population std (ddof=0) of the finite values; nan when there are none."""
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not finite:
+        return math.nan, math.nan
+    return float(np.mean(finite)), float(np.std(finite))
+
+
+def aggregate(specs: list[RunSpec], summaries: list[dict[str, Any] | None]) -> list[dict]:
+    """One row per config: seeds done and mean/std of every COLUMNS entry."""
+    rows = []
+    for config in dict.fromkeys(s.config for s in specs):
+        done = [
+            (spec, summary)
+            for spec, summary in zip(specs, summaries, strict=True)
+            if spec.config == config and summary
+        ]
+        label = next(s.label for s in specs if s.config == config)
+        row: dict[str, Any] = {"config": config, "label": label, "seeds": len(done)}
+        for which, key in COLUMNS:
+            values = [summary[which].get(key, math.nan) for _, summary in done]
+            row[f"{which}_{key}_mean"], row[f"{which}_{key}_std"] = mean_std(values)
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Accuracy in percent as ``mean ± std``."""
+    heads = [f"{which} {key}" for which, key in COLUMNS]
+    lines = [
+        "| config | seeds | " + " | ".join(heads) + " |",
+        "|---|---:|" + "---:|" * len(heads),
+    ]
+    for row in rows:
+        cells = []
+        for which, key in COLUMNS:
+            mean, std = row[f"{which}_{key}_mean"], row[f"{which}_{key}_std"]
+            cells.append("n/a" if math.isnan(mean) else f"{100 * mean:.2f} ± {100 * std:.2f}")
+        lines.append(f"| {row['label']} | {row['seeds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    out: Path, specs: list[RunSpec], summaries: list[dict | None], errors: list[str | None]
+) -> list[dict]:
+    """runs.csv, results.csv and results.md in ``out``; returns the per-config rows."""
+    with open(out / "runs.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "run_dir", "error"])
+        for spec, summary, error in zip(specs, summaries, errors, strict=True):
+            values = [(summary or {}).get(w, {}).get(k, "") for w, k in COLUMNS]
+            writer.writerow([spec.config, spec.seed, *values, spec.run_dir, error or ""])
+    rows = aggregate(specs, summaries)
+    with open(out / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "results.md").write_text(markdown_table(rows))
+    return rows
+
+
+def reproduce(
+    configs: list[str],
+    seeds: list[int],
+    overrides: list[str],
+    out: str | Path | None = None,
+    *,
+    address: str | None = None,
+    trial_executor: str = "auto",
+) -> ReproduceOutcome:
+    """Run every (config, seed) on Ray; write the tables; return rows and per-run errors."""
+    if not configs:
+        raise ConfigError("configs", configs, "give at least one YAML config")
+    if not seeds:
+        raise ConfigError("--seeds", seeds, "give at least one seed")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(out if out is not None else Path("runs") / f"reproduce-{stamp}").resolve()
+    specs = plan_runs(configs, seeds, overrides, out_dir, trial_executor)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from ray_jobs.tune import trial_bundles
+
+    started = False
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING)
+        else:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # private loopback cluster
+            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        started = True
+    groups, refs = [], []
+    try:
+        task = ray.remote(run_one)
+        for spec in specs:
+            cfg = config_from_dict(spec.raw)
+            bundles = trial_bundles(cfg.runtime, cfg.runtime.executor)
+            group = placement_group(bundles, strategy="PACK")
+            groups.append(group)
+            strategy = PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+            )
+            refs.append(
+                task.options(
+                    num_cpus=bundles[0]["CPU"],
+                    num_gpus=bundles[0].get("GPU", 0),
+                    scheduling_strategy=strategy,
+                    max_retries=0,
+                ).remote(spec.raw, spec.run_dir)
+            )
+        summaries: list[dict | None] = [None] * len(specs)
+        errors: list[str | None] = [None] * len(specs)
+        index = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:  # free each run's placement group as soon as it ends
+            done, pending = ray.wait(pending, num_returns=1)
+            i = index[done[0]]
+            try:
+                summaries[i] = ray.get(done[0])
+            except Exception as err:  # noqa: BLE001 - one failed seed must not lose the rest
+                message = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
+                errors[i] = f"{err.__class__.__name__}: {message}"
+                print(f"reproduce: {specs[i].run_dir} failed: {errors[i]}", file=sys.stderr)
+            remove_placement_group(groups[i])
+    finally:
+        for group in groups:
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001
+                pass
+        if started:
+            ray.shutdown()
+    rows = write_results(out_dir, specs, summaries, errors)
+    return ReproduceOutcome(rows=rows, errors=errors, out_dir=out_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: configs and key=value overrides, ``--seeds``, ``--out``, ``--address``."""
+    parser = argparse.ArgumentParser(prog="python -m ray_jobs.reproduce", description=__doc__)
+    parser.add_argument("items", nargs="+", metavar="CONFIG|key=value")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", default=None, help="output folder (default runs/reproduce-T)")
+    parser.add_argument("--address", default=None, help="Ray cluster (default RAY_ADDRESS)")
+    parser.add_argument("--trial-executor", default="auto", help="auto | local | ray (per run)")
+    args = parser.parse_intermixed_args(argv)
+    configs = [item for item in args.items if "=" not in item]
+    overrides = [item for item in args.items if "=" in item]
+    try:
+        if args.trial_executor not in ("auto", "local", "ray"):
+            raise ConfigError("--trial-executor", args.trial_executor, "allowed: auto, local, ray")
+        outcome = reproduce(
+            configs,
+            args.seeds,
+            overrides,
+            args.out,
+            address=args.address,
+            trial_executor=args.trial_executor,
+        )
+    except ConfigError as err:
+        print(f"reproduce: error: {err}", file=sys.stderr)
+        return 2
+    print(markdown_table(outcome.rows), end="")
+    print(f"tables: {outcome.out_dir / 'results.md'}, {outcome.out_dir / 'results.csv'}")
+    return 1 if any(outcome.errors) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The Ray worker pool: pool sizing, transport, extra task kinds, equality with the local
+executor, recovery from a worker killed mid-round, and a clean shutdown."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from ray import cloudpickle as ray_cloudpickle
+
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.config import RuntimeConfig, load_config
+from fedsim.errors import ConfigError
+from fedsim.runtime.executor import LocalExecutor
+from fedsim.runtime.factory import make_executor
+from fedsim.runtime.ray_executor import RayExecutor, plan_pool, task_cost
+from fedsim.runtime.training import evaluate_client
+from fedsim.runtime.wire import WireTensor, to_wire
+from fedsim.runtime.worker import (
+    ClientTask,
+    ClientWorker,
+    EvalTask,
+    GradientTask,
+    WorkerResult,
+)
+from fedsim.simulation import Simulation
+from lightning_modules.flat_params import bind_flat_parameters
+from lightning_modules.registry import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+TIMING_KEYS = ("seconds", "train_seconds_max_worker")
+
+
+def small_config(*overrides: str):
+    """mnist-5k, 10 Dirichlet clients, 2 rounds: real data, seconds per run."""
+    return load_config(
+        None,
+        [
+            "data.name=mnist-5k",
+            "data.num_clients=10",
+            "data.partition.alpha=0.5",
+            "rounds=2",
+            "client.lr=0.05",
+            *overrides,
+        ],
+    )
+
+
+def untimed(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
+
+
+# ------------------------------------------------------------------ pool sizing (no Ray)
+
+
+def test_pool_fills_the_cpus_by_default():
+    plan = plan_pool(RuntimeConfig(), cluster_cpus=2, cluster_gpus=0)
+    assert (plan.workers, plan.cpus_per_worker, plan.gpus_per_worker, plan.threads) == (2, 1, 0, 1)
+    plan = plan_pool(RuntimeConfig(cpus_per_worker=2), cluster_cpus=8, cluster_gpus=0)
+    assert (plan.workers, plan.threads) == (4, 2)
+
+
+def test_pool_with_gpus_uses_workers_per_gpu():
+    plan = plan_pool(RuntimeConfig(workers_per_gpu=4), cluster_cpus=32, cluster_gpus=2)
+    assert (plan.workers, plan.gpus_per_worker) == (8, 0.25)
+    capped = plan_pool(RuntimeConfig(workers_per_gpu=4), cluster_cpus=6, cluster_gpus=2)
+    assert capped.workers == 6  # not more workers than CPUs
+    cpu_only = plan_pool(RuntimeConfig(gpus_per_worker=0), cluster_cpus=4, cluster_gpus=2)
+    assert (cpu_only.workers, cpu_only.gpus_per_worker) == (4, 0)
+
+
+def test_pool_that_cannot_fit_is_a_config_error():
+    with pytest.raises(ConfigError, match="runtime.workers=3.*need 3 CPUs.*has 2"):
+        plan_pool(RuntimeConfig(workers=3), cluster_cpus=2, cluster_gpus=0)
+    with pytest.raises(ConfigError, match="runtime.gpus_per_worker=0.5"):
+        plan_pool(RuntimeConfig(workers=2, gpus_per_worker=0.5), cluster_cpus=4, cluster_gpus=0)
+    with pytest.raises(ConfigError, match="runtime.cpus_per_worker=4"):
+        plan_pool(RuntimeConfig(cpus_per_worker=4), cluster_cpus=2, cluster_gpus=0)
+
+
+def test_task_costs_follow_sample_counts():
+    train, test = np.array([100, 10]), np.array([30, 3])
+    big = task_cost(ClientTask(0, {}, None, evaluate=True, train=True), train, test, epochs=2)
+    small = task_cost(ClientTask(1, {}, None, evaluate=True, train=True), train, test, epochs=2)
+    assert big == 1 + 3 * 2 * 100 + 30 and small == 1 + 3 * 2 * 10 + 3
+    assert task_cost(ClientTask(0, {}, None, evaluate=True, train=False), train, test, 2) == 31
+    assert task_cost(GradientTask(0, num_samples=8), train, test, 2) == 1 + 3 * 8
+    assert task_cost(EvalTask(1, indices=np.arange(5)), train, test, 2) == 6
+
+
+# ------------------------------------------------------------------ transport (no Ray)
+
+
+def test_tensors_travel_as_numpy_and_come_back_as_tensors():
+    params = torch.arange(6, dtype=torch.float32)
+    result = WorkerResult(clients=[], train_seconds=1.5)
+    result.sums = {}
+    task = ClientTask(3, payload={"mask": params > 2}, state={"p": [params]}, evaluate=1, train=0)
+    wired = to_wire({"params": params, "task": task, "result": result, "n": 3})
+    assert isinstance(wired["params"], WireTensor) and wired["n"] == 3
+    assert wired["result"] is result  # nothing to convert: shared, not copied
+    assert isinstance(wired["task"].payload["mask"], WireTensor)
+    assert isinstance(task.payload["mask"], torch.Tensor)  # the original is untouched
+    back = pickle.loads(pickle.dumps(wired, protocol=5))
+    assert torch.equal(back["params"], params) and back["task"].client == 3
+    assert torch.equal(back["task"].state["p"][0], params)
+    assert back["task"].payload["mask"].dtype == torch.bool
+    # copy=True gives owned tensors; copy=False may share the buffer it was unpickled from
+    owned = pickle.loads(pickle.dumps(to_wire(params, copy=True), protocol=5))
+    owned.add_(1)
+    assert torch.equal(owned, params + 1)
+
+
+# ------------------------------------------------------------------ extra task kinds (no Ray)
+
+
+class FedAvgWithMemory(FedAvg):
+    """FedAvg whose clients also keep their last model and a count: state that must survive."""
+
+    uses_client_state = True
+
+    def client_finish(self, plan, trained, state, client):
+        update = super().client_finish(plan, trained, state, client)
+        update.state = {"params": trained, "rounds": (state or {}).get("rounds", 0) + 1}
+        return update
+
+
+# Ray workers cannot import this test module: send the class itself, not its import path.
+ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def sim() -> Simulation:
+    """mnist-5k, 10 clients, 60% sampled, 3 rounds; FedAvg plus a client state."""
+    simulation = Simulation(small_config("join_ratio=0.6", "rounds=3"))
+    algorithm = FedAvgWithMemory(simulation.algorithm.params, simulation.federation)
+    simulation.algorithm = simulation.worker_spec.algorithm = algorithm
+    return simulation
+
+
+def test_gradient_task_is_the_mean_ce_gradient(sim):
+    spec = dataclasses.replace(sim.worker_spec, num_threads=1)
+    worker = ClientWorker(spec, sim.data)
+    params = sim.initial_params
+    out = worker.run(0, {"params": params}, [GradientTask(client=1, tag="full")]).outputs[0]
+
+    module = build_model(spec.model_name, **spec.model_kwargs)
+    flat, _ = bind_flat_parameters(module)
+    flat.copy_(params)
+    x, y = sim.data.batch(sim.data.clients[1].train)
+    loss = torch.nn.functional.cross_entropy(module(x), y)
+    loss.backward()
+    expected = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
+    assert out.tag == "full" and out.num_samples == len(sim.data.clients[1].train)
+    assert torch.allclose(out.gradient, expected, atol=1e-6)
+    assert out.loss == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_minibatch_gradients_are_seeded_and_eval_tasks_match(sim):
+    spec = dataclasses.replace(sim.worker_spec, num_threads=1)
+    worker = ClientWorker(spec, sim.data)
+    broadcast = {"params": sim.initial_params}
+    tasks = [
+        GradientTask(client=2, num_samples=16, key=0),
+        GradientTask(client=2, num_samples=16, key=0),
+        GradientTask(client=2, num_samples=16, key=1),
+        EvalTask(client=4, tag="e"),
+    ]
+    a, b, c, e = worker.run(5, broadcast, tasks).outputs
+    assert a.num_samples == 16 and torch.equal(a.gradient, b.gradient)
+    assert not torch.equal(a.gradient, c.gradient)
+    direct = evaluate_client(worker.module, sim.data, sim.data.clients[4].test, batch_size=500)
+    assert e.tag == "e" and e.evaluation == direct
+
+
+# ------------------------------------------------------------------ the pool (shared Ray)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_until_gone(pids: list[int], timeout: float = 30.0) -> list[int]:
+    """The processes among ``pids`` still running after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if running(p)]
+        time.sleep(0.2)
+    return alive
+
+
+def assert_same_run(got, want) -> None:
+    """Identical metrics, aggregated parameters and client states."""
+    assert got.summary == want.summary
+    assert untimed(got.history) == untimed(want.history)
+    assert torch.equal(got.state["params"], want.state["params"])
+    assert got.client_store.clients() == want.client_store.clients()
+    for client in want.client_store.clients():
+        mine, theirs = got.client_store.get(client), want.client_store.get(client)
+        assert mine["rounds"] == theirs["rounds"]
+        assert torch.equal(mine["params"], theirs["params"])
+
+
+@pytest.fixture(scope="module")
+def pool(ray_cluster, sim):
+    """Two worker actors for the whole module (each costs seconds and ~0.5 GB to start)."""
+    # Half a CPU each (still one torch thread): a 1-worker pool fits next to it on 2 CPUs.
+    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
+    executor = RayExecutor(runtime, sim.worker_spec, sim.data)
+    yield executor
+    pids = [i["pid"] for i in executor.worker_info]
+    executor.close()
+    assert wait_until_gone(pids) == []  # close() killed the actors
+
+
+@pytest.fixture(scope="module")
+def pooled_run(pool, sim):
+    return sim.run(pool)
+
+
+@pytest.mark.slow
+def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
+    assert [(i["threads"], i["niceness"]) for i in pool.worker_info] == [(1, 0), (1, 0)]
+    assert all(i["dataset_shared"] for i in pool.worker_info)  # zero-copy object-store views
+    assert_same_run(sim.run(pool), pooled_run)  # run after run: identical
+
+    local_runtime = dataclasses.replace(sim.cfg.runtime, executor="local")
+    local = sim.run(make_executor(local_runtime, sim.worker_spec, sim.data))
+    one_worker = dataclasses.replace(
+        sim.cfg.runtime, executor="ray", workers=1, cpus_per_worker=0.5
+    )
+    one = RayExecutor(one_worker, sim.worker_spec, sim.data)
+    try:
+        single = sim.run(one)
+        assert one.run_round(0, {"params": sim.initial_params}, []) == [WorkerResult()]
+    finally:
+        one.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        one.run_round(0, {"params": sim.initial_params}, [EvalTask(client=0)])
+    # 1 worker vs 2 workers vs in-process: same accuracy and aggregated parameters.
+    for other in (local, single):
+        acc = other.summary["final"]["acc_weighted"]
+        assert abs(acc - pooled_run.summary["final"]["acc_weighted"]) <= 0.001
+        assert (other.state["params"] - pooled_run.state["params"]).abs().max() <= 1e-5
+    assert [h["num_trained"] for h in pooled_run.history] == [6, 6, 6, 0]
+
+    # Gradient and evaluation tasks through the pool equal the in-process worker's.
+    extra = [GradientTask(client=c, num_samples=20, tag=c) for c in range(4)]
+    extra += [EvalTask(client=c, tag=10 + c) for c in range(3)]
+    broadcast = {"params": pooled_run.state["params"]}
+    pooled = sorted(
+        (o for w in pool.run_round(7, broadcast, extra) for o in w.outputs), key=lambda o: o.tag
+    )
+    spec = dataclasses.replace(sim.worker_spec, num_threads=1)
+    direct = LocalExecutor(spec, sim.data).run_round(7, broadcast, extra)[0].outputs
+    for got, want in zip(pooled, sorted(direct, key=lambda o: o.tag), strict=True):
+        assert got.tag == want.tag and got.num_samples == want.num_samples
+        if want.gradient is not None:
+            assert torch.allclose(got.gradient, want.gradient, atol=1e-7)
+        assert got.evaluation == want.evaluation
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pooled_run):
+    """The dead worker's share re-runs from the pre-round state its tasks still carry."""
+    doomed = pool.worker_info[0]["pid"]
+    pool.crash_worker_on_round(0, round_idx=1)
+    disturbed = sim.run(pool)
+    assert wait_until_gone([doomed]) == []  # the worker really died mid-round
+    assert_same_run(disturbed, pooled_run)
+    assert len(disturbed.client_store) >= 6
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from fedsim.config import load_config
+    from fedsim.experiment import run_experiment
+    cfg = load_config(None, ["data.name=mnist-5k", "data.num_clients=4", "rounds=200",
+                             "runtime.executor=ray", "runtime.workers=1"])
+    run_experiment(cfg, sys.argv[1], progress=False)
+    """
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_ray_process_behind(tmp_path):
+    """A run that started its own Ray, interrupted: actors, raylet and GCS all go away."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / "run")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+            assert child.poll() is None, child.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no round finished in 180 s"
+            time.sleep(0.5)
+        tree = [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
+        assert len(tree) >= 3  # at least GCS, raylet and the worker actor
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+        assert child.returncode != 0
+        assert wait_until_gone(tree, timeout=60) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.slow
+def test_pool_that_cannot_be_placed_fails_clearly(sim, pool):
+    """The module pool holds 1 of the 2 CPUs: a 2-CPU worker cannot start; no silent hang."""
+    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=1, cpus_per_worker=2)
+    with pytest.raises(RuntimeError, match=r"1 of 1 workers not started .* free now"):
+        RayExecutor(runtime, sim.worker_spec, sim.data, startup_timeout_s=2)

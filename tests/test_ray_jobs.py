@@ -1,0 +1,161 @@
+"""Cluster jobs: ``ray_jobs.reproduce`` against a ``ray start --head`` cluster on loopback.
+
+The cluster is started by this module with ``ray start --head --block`` (2 CPUs, free ports,
+its own temp dir so no other Ray on the machine is affected) and stopped by terminating
+that one process, which stops everything it started (``ray stop`` would stop every Ray on
+the machine).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import ray_jobs.run_experiment as run_experiment_job
+from ray_jobs.reproduce import COLUMNS, RunSpec, aggregate, main, markdown_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[str]:
+    """``ray start --head`` on 127.0.0.1 with 2 CPUs; yields its address; stopped after."""
+    gcs, dashboard, client, agent, agent_grpc, runtime_env, metrics = free_ports(7)
+    temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
+    log = open(Path(temp_dir) / "ray-start.log", "w+")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    command = [
+        str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+        f"--port={gcs}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
+        f"--object-store-memory={256 * 2**20}", "--include-dashboard=false",
+        f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+        f"--temp-dir={temp_dir}", "--disable-usage-stats",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in Path(log.name).read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start failed:\n{Path(log.name).read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield f"127.0.0.1:{gcs}"
+    finally:
+        process.terminate()  # --block: stops every process this `ray start` started
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def job_env(address: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "RAY_ADDRESS": address,
+        "RAY_AUTH_MODE": "disabled",
+        "WANDB_MODE": "offline",
+    }
+
+
+@pytest.mark.slow
+def test_reproduce_configs_x_seeds_on_a_cluster(ray_head, tmp_path):
+    local = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+    local.update(name="quick-local", algorithm={"name": "local"})
+    local_yaml = tmp_path / "quick-local.yaml"
+    local_yaml.write_text(yaml.safe_dump(local))
+    out = tmp_path / "repro"
+    command = [
+        sys.executable, "-m", "ray_jobs.reproduce", "configs/quickstart.yaml", str(local_yaml),
+        "--seeds", "0", "1", "--out", str(out),
+        "rounds=1", "data.num_clients=4", "join_ratio=0.5", "data.partition.name=pathological",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=REPO, env=job_env(ray_head), capture_output=True, text=True, timeout=400
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "| quickstart (fedavg) | 2 |" in proc.stdout
+    assert "| quick-local (local) | 2 |" in proc.stdout
+
+    with open(out / "runs.csv") as handle:
+        runs = list(csv.DictReader(handle))
+    assert [(Path(r["config"]).stem, r["seed"]) for r in runs] == [
+        ("quickstart", "0"), ("quickstart", "1"), ("quick-local", "0"), ("quick-local", "1"),
+    ]  # fmt: skip
+    assert not any(r["error"] for r in runs)
+    with open(out / "results.csv") as handle:
+        results = list(csv.DictReader(handle))
+    assert [r["label"] for r in results] == ["quickstart (fedavg)", "quick-local (local)"]
+    for result in results:
+        stem = Path(result["config"]).stem
+        finals = [
+            json.loads((out / "runs" / f"{stem}-seed{s}" / "summary.json").read_text())["final"]
+            for s in (0, 1)
+        ]
+        values = [f["acc_weighted"] for f in finals]
+        assert float(result["final_acc_weighted_mean"]) == pytest.approx(np.mean(values))
+        assert float(result["final_acc_weighted_std"]) == pytest.approx(np.std(values))
+        assert result["seeds"] == "2"
+    table = (out / "results.md").read_text()
+    assert table.count("±") == 2 * len(COLUMNS)
+
+
+def test_mean_std_table_by_hand():
+    specs = [RunSpec("a.yaml", "a (fedavg)", s, {}, f"runs/a-{s}") for s in (0, 1)]
+    specs.append(RunSpec("b.yaml", "b (local)", 0, {}, "runs/b-0"))
+
+    def summary(acc: float) -> dict:
+        row = {"acc_weighted": acc, "acc_mean": acc, "acc_worst10": acc / 2}
+        return {"best": row, "final": row}
+
+    rows = aggregate(specs, [summary(0.8), summary(0.9), None])
+    assert rows[0]["seeds"] == 2 and rows[0]["final_acc_weighted_mean"] == pytest.approx(0.85)
+    assert rows[0]["final_acc_weighted_std"] == pytest.approx(0.05)  # population std
+    assert rows[1]["seeds"] == 0
+    table = markdown_table(rows)
+    assert "| a (fedavg) | 2 | 85.00 ± 5.00 |" in table and "| b (local) | 0 | n/a |" in table
+
+
+def test_reproduce_bad_config_exits_2_before_ray(tmp_path, capsys):
+    assert main(["configs/quickstart.yaml", "rounds=0", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err == "reproduce: error: rounds=0: must be >= 1\n"
+    assert not (tmp_path / "r").exists()
+
+
+def test_run_experiment_job_uses_the_jobs_cluster(monkeypatch):
+    seen = []
+    monkeypatch.setattr(run_experiment_job, "main", lambda argv: seen.append(argv) or 0)
+    assert run_experiment_job.run(["configs/quickstart.yaml", "rounds=3", "--out", "x"]) == 0
+    assert seen == [
+        ["run", "configs/quickstart.yaml", "runtime.executor=ray", "runtime.address=auto",
+         "rounds=3", "--out", "x"]
+    ]  # fmt: skip
+    assert run_experiment_job.run([]) == 2

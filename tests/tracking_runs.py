@@ -1,0 +1,52 @@
+"""Two tiny finished run folders shared by the tracking tests (one W&B-offline, one not).
+
+Built once per test session (~10-20 s on this machine): FedAvg with W&B in offline mode and
+Local, both on mnist-5k, 6 Dirichlet clients, 2 rounds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fedsim.config import load_config
+from fedsim.experiment import run_experiment
+
+TINY = [
+    "rounds=2",
+    "data.num_clients=6",
+    "join_ratio=0.5",
+    "data.partition.name=dirichlet",
+    "data.partition.alpha=0.5",
+    "runtime.executor=local",
+]
+MAX_CLIENT_SERIES = 3
+_RUNS: dict[str, Path] = {}
+
+
+def tiny_runs(root: Path) -> dict[str, Path]:
+    """``{"fedavg": run folder with wandb/, "local": run folder}``; made on the first call."""
+    if _RUNS:
+        return _RUNS
+    previous = os.environ.get("WANDB_MODE")
+    os.environ["WANDB_MODE"] = "offline"
+    try:
+        wandb = [
+            "tracking.wandb.enabled=true",
+            "tracking.wandb.mode=online",  # no key/network here: must fall back to offline
+            f"tracking.wandb.max_client_series={MAX_CLIENT_SERIES}",
+            "tracking.wandb.tags=[test]",
+        ]
+        cfg = load_config("configs/quickstart.yaml", [*TINY, "name=tiny-fedavg", *wandb])
+        run_experiment(cfg, root / "tiny-fedavg", progress=False)
+        cfg = load_config(
+            "configs/quickstart.yaml", [*TINY, "name=tiny-local", "algorithm.name=local"]
+        )
+        run_experiment(cfg, root / "tiny-local", progress=False)
+    finally:
+        if previous is None:
+            os.environ.pop("WANDB_MODE", None)
+        else:
+            os.environ["WANDB_MODE"] = previous
+    _RUNS.update(fedavg=root / "tiny-fedavg", local=root / "tiny-local")
+    return _RUNS
