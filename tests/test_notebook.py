@@ -37,7 +37,7 @@ def test_analysis_notebook_executes_and_compares_runs(runs, monkeypatch):
         for output in cell.get("outputs", [])
     )
     assert "2 run folder(s)" in text
-    for name in ("tiny-fedavg", "tiny-local"):
+    for name in ("tiny-fedavg", "tiny-cwfedavg"):
         assert name in text
     images = sum(
         "image/png" in output.get("data", {})

@@ -21,13 +21,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_run_draws_report_plots_at_the_end(runs):
     for run_dir in runs.values():
-        for name in (*REPORT_PLOTS, "row_norms.png"):
+        for name in REPORT_PLOTS:
             assert (run_dir / "plots" / name).read_bytes().startswith(PNG_MAGIC), name
+    # the algorithm's own figure: cwFedAvg has one, FedAvg none
+    assert (runs["cwfedavg"] / "plots" / "row_norms.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (runs["fedavg"] / "plots" / "row_norms.png").exists()
 
 
 def test_report_command_redraws_every_plot(runs, tmp_path, capsys):
     run_dir = tmp_path / "copy"
-    shutil.copytree(runs["local"], run_dir, ignore=shutil.ignore_patterns("accuracy_*", "client_*"))
+    shutil.copytree(
+        runs["cwfedavg"], run_dir, ignore=shutil.ignore_patterns("accuracy_*", "client_*")
+    )
     assert not (run_dir / "plots" / "accuracy_curves.png").exists()
     assert main(["report", str(run_dir)]) == 0
     printed = capsys.readouterr().out.split()

@@ -34,7 +34,7 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
     run_dir = runs["fedavg"]
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and list(offline[0].glob("run-*.wandb"))
-    assert not (runs["local"] / "wandb").exists()  # W&B off: nothing written
+    assert not (runs["cwfedavg"] / "wandb").exists()  # W&B off: nothing written
 
     wb = read_offline_run(run_dir)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

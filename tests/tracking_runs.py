@@ -1,7 +1,8 @@
 """Two tiny finished run folders shared by the tracking tests (one W&B-offline, one not).
 
 Built once per test session (~10-20 s on this machine): FedAvg with W&B in offline mode and
-Local, both on mnist-5k, 6 Dirichlet clients, 2 rounds.
+cwFedAvg (which has its own figure, the row-norm heatmap), both on mnist-5k, 6 Dirichlet
+clients, 2 rounds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _RUNS: dict[str, Path] = {}
 
 
 def tiny_runs(root: Path) -> dict[str, Path]:
-    """``{"fedavg": run folder with wandb/, "local": run folder}``; made on the first call."""
+    """``{"fedavg": run folder with wandb/, "cwfedavg": run folder}``; made on first call."""
     if _RUNS:
         return _RUNS
     previous = os.environ.get("WANDB_MODE")
@@ -40,13 +41,13 @@ def tiny_runs(root: Path) -> dict[str, Path]:
         cfg = load_config("configs/quickstart.yaml", [*TINY, "name=tiny-fedavg", *wandb])
         run_experiment(cfg, root / "tiny-fedavg", progress=False)
         cfg = load_config(
-            "configs/quickstart.yaml", [*TINY, "name=tiny-local", "algorithm.name=local"]
+            "configs/quickstart.yaml", [*TINY, "name=tiny-cwfedavg", "algorithm.name=cwfedavg"]
         )
-        run_experiment(cfg, root / "tiny-local", progress=False)
+        run_experiment(cfg, root / "tiny-cwfedavg", progress=False)
     finally:
         if previous is None:
             os.environ.pop("WANDB_MODE", None)
         else:
             os.environ["WANDB_MODE"] = previous
-    _RUNS.update(fedavg=root / "tiny-fedavg", local=root / "tiny-local")
+    _RUNS.update(fedavg=root / "tiny-fedavg", cwfedavg=root / "tiny-cwfedavg")
     return _RUNS
