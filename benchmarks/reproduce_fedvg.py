@@ -14,9 +14,9 @@ Algorithms (``--algorithms``, comma-separated):
 baselines too (``val_holdout=true``), as FL-bench gives every method the same split.
 
 Writes ``<out>/runs.jsonl`` (one line per run: best and final accuracy, the curve) and
-``<out>/table.md`` (mean +- std over seeds of best and final sample-weighted accuracy, and
-the gap of each ``-vg`` row to its base algorithm). Last line:
-``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
+``<out>/table.md`` (mean +- std over seeds of the sample-weighted accuracy: best round, final
+round, mean of the last 10 rounds; and the gap of each ``-vg`` row to its base).
+Last line: ``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
 
     .venv/bin/python benchmarks/reproduce_fedvg.py --alphas 0.05,0.1 --seeds 0,1,2 \
         --clients 20 --rounds 30 --samples 10000 --jobs 2 --out runs/fedvg-repro
@@ -50,6 +50,9 @@ ALGORITHMS: dict[str, list[str]] = {
 SAME_DATA = {  # sample/uniform-weighted baselines that hold the validation share out too
     "fedavg": ["algorithm.name=fedvg", "algorithm.weighting=samples", "algorithm.val_holdout=true"],
 }
+
+
+KEYS = ("best", "final", "last10")  # best round, last round, mean of the last 10 rounds
 
 
 def overrides_for(algorithm: str, same_data: bool) -> list[str]:
@@ -118,6 +121,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "best": result.summary["best"]["acc_weighted"],
         "best_round": result.summary["best"]["round"],
         "final": result.summary["final"]["acc_weighted"],
+        "last10": float(np.mean([h["acc_weighted"] for h in result.history[-10:]])),
         "curve": [round(h.get("acc_weighted", float("nan")), 4) for h in result.history],
         "seconds": round(time.perf_counter() - began, 1),
     }
@@ -140,7 +144,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
         cells = []
         for a in alphas:
             mine = [r for r in rows if r["algorithm"] == algo and r["alpha"] == a]
-            cells += [mean_std([r["best"] for r in mine]), mean_std([r["final"] for r in mine])]
+            cells += [mean_std([r[k] for r in mine]) for k in KEYS]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     gaps = []
     for algo in algorithms:
@@ -154,7 +158,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
                 for (x, aa, s) in by
                 if x == algo and aa == a and (base, a, s) in by
             ]
-            for key in ("best", "final"):
+            for key in KEYS:
                 diffs = [p[key] - q[key] for p, q in pairs]
                 wins = sum(d > 0 for d in diffs)
                 cells.append(f"{mean_std(diffs)} ({wins}/{len(diffs)} seeds up)")
@@ -214,6 +218,7 @@ def main() -> None:
             print(
                 f"{row['algorithm']:>11} Dir({row['alpha']}) seed {row['seed']}: best "
                 f"{row['best']:.4f} (round {row['best_round']}), final {row['final']:.4f}, "
+                f"last 10 {row['last10']:.4f}, "
                 f"{row['seconds']} s",
                 flush=True,
             )

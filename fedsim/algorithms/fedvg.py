@@ -12,12 +12,14 @@ algorithm consults: FedVG + FedProx is ``algorithm.name=fedprox algorithm.weight
 and likewise for ``scaffold``, ``feddyn`` and ``fedavgm``; ``weighting=avg`` is the paper's
 ``avg`` mode, w = (w_VG + n_k / sum n) / 2. Keys (``algorithm.*``): ``val_ratio`` (0.1),
 ``val_dataset``, ``val_imbalance`` (rho), ``val_samples``, ``norm`` (1 | 2 | spectral),
-``granularity`` (model | layer | block), ``score_batch_size`` (32), ``eps`` (1e-8).
+``granularity`` (model | layer | block), ``score_batch_size`` (32), ``eps`` (1e-8),
+``val_holdout`` (baselines train on FedVG's 90% too).
 
 Where this differs from the official code: the seed writes s_k as the mean over layers, the
 code (and we) the sum, which only rescales eps; the official imbalanced loader drops its
-last partial batch (``drop_last``), we keep it; FedVG clients with the default held-out split
-train on 90% of their training split while plain FedAvg trains on all of it.
+last partial batch (``drop_last``), we keep it. With the default held-out split FedVG clients
+train on 90% of their training split; ``fedavg`` trains on all of it unless compared with
+``algorithm.name=fedvg algorithm.weighting=samples algorithm.val_holdout=true``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ The validation set: by default ``val_ratio`` of every client's training split, h
 (the client trains on the rest) and united; or ``val_dataset``, another dataset carried to
 the workers as server-only samples. ``val_imbalance`` = rho makes it long-tailed as the
 official code does (class c keeps a share rho^c of half the set); ``val_samples`` caps it.
+``val_holdout=true`` holds the same share out of the clients under ``samples``/``uniform``
+too, so a baseline trains on exactly FedVG's data (FL-bench's protocol: one split for all).
 """
 
 from __future__ import annotations
