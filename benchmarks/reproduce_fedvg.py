@@ -134,11 +134,9 @@ def mean_std(values: list[float]) -> str:
 
 
 def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]) -> str:
-    """Markdown: best and final accuracy (mean ± std over seeds), and -vg minus base."""
-    lines = [
-        "| algorithm | " + " | ".join(f"Dir({a}) best | Dir({a}) final" for a in alphas) + " |"
-    ]
-    lines.append("|---" * (1 + 2 * len(alphas)) + "|")
+    """Markdown: accuracy (mean ± std over seeds) per KEYS, and each -vg minus its base."""
+    heads = [f"Dir({a}) {key}" for a in alphas for key in KEYS]
+    lines = ["| algorithm | " + " | ".join(heads) + " |", "|---" * (1 + len(heads)) + "|"]
     by = {(r["algorithm"], r["alpha"], r["seed"]): r for r in rows}
     for algo in algorithms:
         cells = []
