@@ -335,3 +335,19 @@ def test_pool_that_cannot_be_placed_fails_clearly(sim, pool):
     runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=1, cpus_per_worker=2)
     with pytest.raises(RuntimeError, match=r"1 of 1 workers not started .* free now"):
         RayExecutor(runtime, sim.worker_spec, sim.data, startup_timeout_s=2)
+
+
+def test_batches_get_one_layout_wherever_the_images_came_from():
+    """Channels-last on the CPU: the same kernels (and numbers) in every process."""
+    from fedsim.runtime.training import prepare_batch
+
+    gray = torch.rand(5, 28, 28)
+    loaded = gray[:, None]  # idx loader: strides (784, 784, 28, 1) or (784, 1, 28, 1)
+    unpickled = pickle.loads(pickle.dumps(gray.numpy()[:, None].copy(), protocol=5))
+    a, _ = prepare_batch((loaded, torch.zeros(5)), None)
+    b, _ = prepare_batch((torch.from_numpy(unpickled), torch.zeros(5)), None)
+    assert a.stride() == b.stride() == (784, 1, 28, 1)
+    assert torch.equal(a, b) and torch.equal(a, loaded)
+    color = torch.rand(2, 3, 8, 8)
+    c, _ = prepare_batch((color, torch.zeros(2)), None)
+    assert c.is_contiguous(memory_format=torch.channels_last) and torch.equal(c, color)

@@ -18,13 +18,28 @@ from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout
 
 
-def to_device(
+def prepare_batch(
     batch: tuple[torch.Tensor, torch.Tensor], device: torch.device | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch on ``device`` (None or CPU: unchanged)."""
-    if device is None or device.type == "cpu":
-        return batch
-    return batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+    """The batch on ``device``; on the CPU, 4-D images in channels-last order.
+
+    Measured on this project's 2-core CPU, one thread: oneDNN's channels-last convolutions
+    train FedAvgCNN ~20% faster (1 and 3 channels; neutral for ResNet-18). One fixed layout
+    also makes every process compute the same numbers: a 1-channel batch's strides otherwise
+    depend on how the image array was made (read from idx files, or unpickled from Ray's
+    object store), and torch picks different kernels, so results drift apart.
+    """
+    x, y = batch
+    if device is not None and device.type != "cpu":
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    if x.dim() == 4:
+        x = x.contiguous()
+        n, c, h, w = x.shape
+        if c == 1:  # same memory order; only the (ambiguous) channel stride changes
+            x = x.as_strided(x.shape, (h * w, 1, w, 1))
+        else:
+            x = x.contiguous(memory_format=torch.channels_last)
+    return x, y
 
 
 @dataclass
@@ -59,7 +74,7 @@ def train_client(
     for _ in range(epochs):
         order = train_indices[torch.randperm(n, generator=generator).numpy()]
         for start in range(0, n, batch_size):
-            batch = to_device(data.batch(order[start : start + batch_size]), device)
+            batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
             loss = module.training_step(batch, steps)
             value = float(loss.detach())
             if not math.isfinite(value):
@@ -86,7 +101,7 @@ def evaluate_client(
     module.eval()
     correct, loss_sum = 0, 0.0
     for start in range(0, len(test_indices), batch_size):
-        x, y = to_device(data.batch(test_indices[start : start + batch_size]), device)
+        x, y = prepare_batch(data.batch(test_indices[start : start + batch_size]), device)
         logits = module(x)
         correct += int((logits.argmax(1) == y).sum())
         loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
@@ -115,7 +130,7 @@ def gradient_client(
         p.grad = None
     n, loss_sum = len(indices), 0.0
     for start in range(0, n, batch_size):
-        x, y = to_device(data.batch(indices[start : start + batch_size]), device)
+        x, y = prepare_batch(data.batch(indices[start : start + batch_size]), device)
         loss = torch.nn.functional.cross_entropy(module(x), y, reduction="sum") / max(n, 1)
         loss.backward()
         loss_sum += float(loss.detach())
