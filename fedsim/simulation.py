@@ -146,6 +146,11 @@ class Simulation:
                 )
                 for c in everyone
             ]
+            download = sum(
+                self.algorithm.download_nbytes(broadcast, t.payload, t.state)
+                for t in tasks
+                if t.train
+            )
             worker_results = executor.run_round(round_idx, broadcast, tasks)
             results = sorted((c for w in worker_results for c in w.clients), key=lambda c: c.client)
             failed = [c.client for c in results if c.failed]
@@ -163,6 +168,9 @@ class Simulation:
                 individual = {c.client: c.individual for c in results if c.individual is not None}
                 state = self.algorithm.aggregate(state, sums, individual, round_idx)
             summary = self._round_summary(round_idx, results, worker_results, failed, began)
+            if training:
+                summary["bytes_down"] = download
+                summary["bytes_up"] = sum(c.upload_bytes for c in results)
             record = RoundRecord(round=round_idx, summary=summary)
             record.clients = [
                 ClientRow(

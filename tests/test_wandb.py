@@ -39,6 +39,7 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
     wb = read_offline_run(run_dir)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [h["round"] for h in wb.history] == [m["round"] for m in metrics]
+    assert wb.history[0]["bytes_up"] > 0 and wb.history[0]["bytes_down"] > 0  # a panel each
     for row, local in zip(wb.history, metrics, strict=True):
         assert row["_step"] == local["round"]
         for key, value in local.items():

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 import torch
 
+from fedsim.sizes import nbytes
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
@@ -217,6 +218,21 @@ class Algorithm:
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate()
+
+    # --- communication accounting (the protocol's bytes, not the simulator's transport) ---
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """Bytes a sampled client receives: the broadcast and its payload."""
+        return nbytes(broadcast) + nbytes(payload)
+
+    def upload_nbytes(self, update: ClientUpdate) -> int:
+        """Bytes a client sends: each distinct tensor of its sums, and its individual upload.
+
+        Sums that carry only a share of one uploaded tensor (cwFedAvg's per-class sums)
+        override this; weights are scalars and not counted.
+        """
+        return nbytes([value for _, value in update.sums.values()]) + nbytes(update.individual)
 
     # --- facts the runtime needs ---
     uses_client_state: ClassVar[bool] = False  # whether clients keep private state

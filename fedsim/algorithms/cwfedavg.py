@@ -223,6 +223,10 @@ class CwFedAvg(Algorithm):
             new_state["params"] = fedavg.mean()
         return new_state
 
+    def upload_nbytes(self, update: ClientUpdate) -> int:
+        """The trained model once and r_i: the per-class sums are shares of that upload."""
+        return 4 * (self.federation.layout.total + self.federation.num_classes)
+
     # --- worker side ---
     def client_start(
         self,

@@ -51,6 +51,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
+from fedsim.sizes import nbytes
 from lightning_modules.flat_params import ParamLayout
 
 
@@ -176,6 +177,13 @@ class FedAMP(Algorithm):
         ids = sorted(individual)
         peers = torch.stack([individual[i].to(torch.float32) for i in ids])
         return {**state, "peers": peers, "peer_ids": ids}
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """One model: the server sends client i its cloud model u_i (ours mixes it on the
+        worker from the peers, which a deployment would not ship)."""
+        return nbytes(broadcast["params"])
 
     # --- worker side ---
     def client_start(

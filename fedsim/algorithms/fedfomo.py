@@ -46,6 +46,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
+from fedsim.sizes import nbytes
 
 REFERENCES = ("start", "trained")
 VAL_SEED = 20210503  # the validation subset depends only on the client
@@ -164,6 +165,12 @@ class FedFomo(Algorithm):
             if ids:
                 affinity[client, ids] += upload["weights"].to(torch.float64)
         return {**state, "affinity": affinity}
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """The M peer models, and the initial model on a client's first round."""
+        return nbytes(payload) + (nbytes(broadcast["params"]) if state is None else 0)
 
     # --- worker side ---
     def client_start(

@@ -20,7 +20,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from fedsim.runtime.wire import nbytes, to_wire
+from fedsim.runtime.wire import to_wire
+from fedsim.sizes import nbytes
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, when no budget is given
 

@@ -78,18 +78,3 @@ def to_wire(obj: Any, *, copy: bool = False) -> Any:
             object.__setattr__(clone, name, value)
         return clone
     return obj
-
-
-def nbytes(obj: Any) -> int:
-    """Bytes held by the tensors and arrays inside ``obj`` (containers and dataclasses)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, dict):
-        return sum(nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
-    return 0

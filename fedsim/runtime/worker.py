@@ -104,6 +104,7 @@ class ClientResult:
     individual: Any = None
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    upload_bytes: int = 0  # what the client sent (the algorithm's protocol, not our transport)
 
 
 @dataclass
@@ -262,6 +263,7 @@ class ClientWorker:
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
         out.state, out.individual = update.state, update.individual
+        out.upload_bytes = self.algorithm.upload_nbytes(update)
         return out
 
 
@@ -304,8 +306,9 @@ class WorkerProbe:
         held = [p for n, p in module.named_parameters() if n in frozen_set and p.requires_grad]
         worker.flat.copy_(params)
         seed = int(
-            np.random.SeedSequence([worker.spec.seed, self.round_idx, self.client, 2, key])
-            .generate_state(1)[0]
+            np.random.SeedSequence(
+                [worker.spec.seed, self.round_idx, self.client, 2, key]
+            ).generate_state(1)[0]
         )
         torch.manual_seed(seed)
         module.client_terms = terms
