@@ -53,7 +53,7 @@ class ClientConfig:
 
 @dataclass
 class RuntimeConfig:
-    executor: str = "local"  # local | ray
+    executor: str = "ray"  # ray (a pool of worker actors) | local (in this process)
     workers: int | None = None  # None: fill the machine (per CPU core, or workers_per_gpu per GPU)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float | None = None  # None: 1/workers_per_gpu on a GPU cluster, else 0

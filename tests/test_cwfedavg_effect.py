@@ -45,6 +45,7 @@ def config(algorithm: list[str]):
             "client.lr=0.05",
             "client.batch_size=10",
             "client.epochs=1",
+            "runtime.executor=local",
             *algorithm,
         ],
     )
