@@ -258,19 +258,23 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     return cfg
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping; ConfigError if missing, invalid or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("config", str(path), "file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            "config", str(path), f"not valid YAML ({err.__class__.__name__})"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", str(path), "must be a YAML mapping")
+    return raw
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read a YAML file (or start from defaults), apply overrides, validate."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError("config", str(path), "file not found")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(
-                "config", str(path), f"not valid YAML ({err.__class__.__name__})"
-            ) from None
-        if not isinstance(raw, dict):
-            raise ConfigError("config", str(path), "must be a YAML mapping")
+    raw = {} if path is None else read_yaml_mapping(path)
     return config_from_dict(apply_overrides(raw, overrides or []))

@@ -25,7 +25,6 @@ import argparse
 import csv
 import logging
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -182,17 +181,10 @@ def reproduce(
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from fedsim.runtime.ray_cluster import join_or_start_ray
     from ray_jobs.tune import trial_bundles
 
-    started = False
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, logging_level=logging.WARNING)
-        else:
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # private loopback cluster
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
-        started = True
+    started = join_or_start_ray(address)
     groups, refs = [], []
     try:
         task = ray.remote(run_one)

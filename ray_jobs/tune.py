@@ -46,7 +46,6 @@ import csv
 import json
 import logging
 import math
-import os
 import re
 import sys
 import time
@@ -56,7 +55,13 @@ from typing import Any
 
 import yaml
 
-from fedsim.config import ExperimentConfig, RuntimeConfig, apply_overrides, config_from_dict
+from fedsim.config import (
+    ExperimentConfig,
+    RuntimeConfig,
+    apply_overrides,
+    config_from_dict,
+    read_yaml_mapping,
+)
 from fedsim.errors import ConfigError
 from fedsim.metrics import SUMMARY_KEYS
 from fedsim.tracking.base import RoundRecord, Sink
@@ -406,17 +411,7 @@ def load_tune_config(
     config: str | Path, overrides: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(experiment raw dict with overrides applied, ``tune:`` section) of a YAML file."""
-    path = Path(config)
-    if not path.is_file():
-        raise ConfigError("config", str(path), "file not found")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(
-            "config", str(path), f"not valid YAML ({err.__class__.__name__})"
-        ) from None
-    if not isinstance(raw, dict):
-        raise ConfigError("config", str(path), "must be a YAML mapping")
+    raw = read_yaml_mapping(config)
     section = raw.pop("tune", None) or {}
     return apply_overrides(raw, overrides), section
 
@@ -487,15 +482,9 @@ def run_tune(
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    started = False
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, logging_level=logging.WARNING)
-        else:
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # private loopback cluster
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
-        started = True
+    from fedsim.runtime.ray_cluster import join_or_start_ray
+
+    started = join_or_start_ray(address)
     try:
         total = ray.cluster_resources()
         for resource in ("CPU", "GPU"):

@@ -25,6 +25,7 @@ from fedsim.config import RuntimeConfig
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
 from fedsim.runtime.executor import Executor
+from fedsim.runtime.ray_cluster import join_or_start_ray
 from fedsim.runtime.ray_worker import WorkerActor
 from fedsim.runtime.scheduling import assign_balanced
 from fedsim.runtime.wire import to_wire
@@ -160,26 +161,11 @@ class RayExecutor(Executor):
     # --- lifecycle ---
     def _connect(self, runtime: RuntimeConfig) -> None:
         """Use a Ray this process already joined, else the configured cluster, else a local one."""
-        if ray.is_initialized():
-            return
-        address = runtime.address or os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, logging_level=logging.WARNING)
-        else:
-            cpus = os.cpu_count() or 1
-            if runtime.workers is not None:
-                cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))
-            # A private cluster on loopback: no token auth files (DESIGN.md). Workers at normal
-            # priority: they are the job (Ray's default nice 15 starves them on a busy machine).
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(
-                address="local",  # a new cluster, even if another one runs on this machine
-                num_cpus=cpus,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-            )
-        self._owns_ray = True
+        cpus = os.cpu_count() or 1
+        if runtime.workers is not None:
+            cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))
+        if join_or_start_ray(runtime.address, num_cpus=cpus):
+            self._owns_ray = True
 
     def _wait_ready(self, timeout_s: float) -> list[dict[str, Any]]:
         """Each actor's ``ready()`` info; a clear error if they cannot all be placed in time."""
