@@ -3,7 +3,8 @@
 The seed (003) reports FedVG above FedAvg, FedProx, SCAFFOLD and FedDyn on CIFAR-10 with
 ResNet-18, 100 clients, 200 rounds. This runs the same comparison small: FedAvgCNN on
 Fashion-MNIST (optionally a stratified subset of it), Dir(alpha) over N clients, the PFLlib
-protocol (75/25 split per client, batch 10, 1 local epoch, evaluation of the global model on
+protocol (75/25 split per client, batch 10 and 1 local epoch unless `--batch-size 32 --epochs 5
+--lr 0.01` (the seed's), evaluation of the global model on
 every client's test split each round), several seeds. Each (alpha, seed, algorithm) is one
 ``fedsim`` run; ``--jobs`` run side by side (one torch thread each).
 
@@ -104,7 +105,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             f"join_ratio={job['join_ratio']}",
             f"client.lr={job['lr']}",
             f"client.epochs={job['epochs']}",
-            "client.batch_size=10",
+            f"client.batch_size={job['batch_size']}",
             *job["overrides"],
         ],
     )
@@ -176,6 +177,7 @@ def main() -> None:
     parser.add_argument("--join-ratio", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=0.005)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--same-data", action="store_true")
     parser.add_argument("--extra", default="", help="more overrides, space-separated")
     parser.add_argument("--jobs", type=int, default=2)
@@ -195,6 +197,7 @@ def main() -> None:
             "join_ratio": args.join_ratio,
             "lr": args.lr,
             "epochs": args.epochs,
+            "batch_size": args.batch_size,
             "alpha": a,
             "seed": int(s),
             "algorithm": algo,
