@@ -10,6 +10,10 @@ worker   ``client_start``  -> a ``ClientPlan`` (parameters to evaluate with and 
 worker   ``client_finish`` -> a ``ClientUpdate`` (weighted sums the worker accumulates,
                               an optional individual upload, the client's new private state)
 driver   ``aggregate(state, sums, individual, round)`` -> new server state
+
+``download_nbytes`` / ``upload_nbytes`` say what a client would receive and send under the
+algorithm's own protocol (the round's ``bytes_down`` / ``bytes_up``), where the simulation's
+payloads differ from it.
 """
 
 from __future__ import annotations
