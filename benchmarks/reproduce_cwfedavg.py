@@ -15,18 +15,12 @@ by acc_weighted, the seed's protocol) and "final", as mean +- std over seeds.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+from repro_runs import ROOT, collect, run_one, table
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "cwfedavg"
 ROWS = ("fedavg", "local", "cw-output-wdr", "cw-output", "cw-all-wdr", "cw-output-wdr-true")
 ROW_NAMES = {
@@ -38,63 +32,6 @@ ROW_NAMES = {
     "cw-output-wdr-true": "cwFedAvg (Output) + WDR, true r",
 }
 PARTITION_NAMES = {"pat": "pathological, 2 classes/client", "dir": "practical, Dir(0.1)"}
-METRICS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10")
-
-
-def run_one(config: Path, seed: int, rounds: int, out: Path) -> tuple[Path, float, int]:
-    """``fedsim run`` one config and seed in a fresh single-threaded process."""
-    run_dir = out / f"{config.stem}-r{rounds}-s{seed}"
-    if (run_dir / "summary.json").is_file():
-        return run_dir, 0.0, 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "fedsim.cli", "run", str(config),
-        f"seed={seed}", f"rounds={rounds}", f"name={config.stem}-s{seed}",
-        "--out", str(run_dir), "--no-progress",
-    ]  # fmt: skip
-    began = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"FAILED {run_dir.name}: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-    return run_dir, time.perf_counter() - began, proc.returncode
-
-
-def collect(out: Path, dataset: str, rounds: int | None) -> dict[tuple[str, str], list[dict]]:
-    """(partition, row) -> list of summary.json dicts of finished runs."""
-    found: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for summary_path in sorted(out.glob(f"{dataset}-*-r*-s*/summary.json")):
-        stem, _, _ = summary_path.parent.name.rpartition("-s")
-        stem, _, r = stem.rpartition("-r")
-        if rounds is not None and int(r) != rounds:
-            continue
-        partition, _, row = stem.removeprefix(f"{dataset}-").partition("-")
-        found[(partition, row)].append(json.loads(summary_path.read_text()))
-    return found
-
-
-def cell(values: list[float]) -> str:
-    """Percent mean +- std over seeds ("x" alone for one seed)."""
-    v = 100 * np.asarray(values)
-    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std(ddof=1):.2f}"
-
-
-def table(found: dict[tuple[str, str], list[dict]], which: str) -> str:
-    """Markdown table of summary[which] (best | final) per (partition, row)."""
-    head = "| partition | method | seeds | round | " + " | ".join(METRICS) + " |"
-    lines = [head, "|" + "---|" * (4 + len(METRICS))]
-    for partition in PARTITION_NAMES:
-        for row in ROWS:
-            runs = found.get((partition, row))
-            if not runs:
-                continue
-            rounds = sorted({int(r[which]["round"]) for r in runs})
-            round_text = ",".join(map(str, rounds))
-            cells = [cell([r[which][m] for r in runs]) for m in METRICS]
-            lines.append(
-                f"| {PARTITION_NAMES[partition]} | {ROW_NAMES[row]} | {len(runs)} | "
-                f"{round_text} | " + " | ".join(cells) + " |"
-            )
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     found = collect(args.out, args.dataset, args.rounds)
     for which in ("best", "final"):
         print(f"\n{args.dataset}, {args.rounds} rounds, {which} round (accuracy %)\n")
-        print(table(found, which))
+        print(table(found, which, PARTITION_NAMES, {r: ROW_NAMES[r] for r in ROWS}))
     return 0
 
 
