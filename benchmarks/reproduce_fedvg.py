@@ -10,7 +10,8 @@ every client's test split each round), several seeds. Each (alpha, seed, algorit
 
 Algorithms (``--algorithms``, comma-separated):
   fedavg, fedvg, fedvg-avg, fedprox, fedprox-vg, scaffold, scaffold-vg, feddyn, feddyn-vg,
-  fedavgm, fedavgm-vg; ``-vg`` = the same algorithm with ``algorithm.weighting=fedvg``.
+  fedavgm, fedavgm-vg; ``-vg`` = the same algorithm with ``algorithm.weighting=fedvg``;
+  ``uniform`` = FedAvg with equal weights (the control: is FedVG more than flattening?).
 ``--same-data`` holds the validation share out of every client for the sample-weighted
 baselines too (``val_holdout=true``), as FL-bench gives every method the same split.
 
@@ -29,7 +30,7 @@ import argparse
 import json
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,12 @@ ALGORITHMS: dict[str, list[str]] = {
     "fedavgm": ["algorithm.name=fedavgm"],
     "fedavgm-vg": ["algorithm.name=fedavgm", "algorithm.weighting=fedvg"],
 }
+HOLD_OUT = ["algorithm.name=fedvg", "algorithm.val_holdout=true"]
 SAME_DATA = {  # sample/uniform-weighted baselines that hold the validation share out too
-    "fedavg": ["algorithm.name=fedvg", "algorithm.weighting=samples", "algorithm.val_holdout=true"],
+    "fedavg": [*HOLD_OUT, "algorithm.weighting=samples"],
+    "uniform": [*HOLD_OUT, "algorithm.weighting=uniform"],
 }
+ALGORITHMS["uniform"] = ["algorithm.name=fedvg", "algorithm.weighting=uniform"]
 
 
 KEYS = ("best", "final", "last10")  # best round, last round, mean of the last 10 rounds
@@ -87,7 +91,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
     from fedsim.config import load_config
     from fedsim.data.federated import build_federated_data
-    from fedsim.runtime.executor import LocalExecutor
+    from fedsim.runtime.factory import make_executor
     from fedsim.simulation import Simulation, cached_dataset
 
     torch.set_num_threads(1)
@@ -96,7 +100,10 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         [
             f"name=fedvg-{job['algorithm']}-a{job['alpha']}-s{job['seed']}",
             f"data.name={job['dataset']}",
+            f"data.root={job['data_root']}",
             "data.download=false",
+            "runtime.executor=local",
+            f"runtime.device={job['device']}",
             f"data.num_clients={job['clients']}",
             "data.partition.name=dirichlet",
             f"data.partition.alpha={job['alpha']}",
@@ -106,6 +113,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             f"client.lr={job['lr']}",
             f"client.epochs={job['epochs']}",
             f"client.batch_size={job['batch_size']}",
+            f"model.name={job['model']}",
             *job["overrides"],
         ],
     )
@@ -116,9 +124,10 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     )
     began = time.perf_counter()
     sim = Simulation(cfg, data=data)
-    result = sim.run(LocalExecutor(sim.worker_spec, sim.data))
+    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:
+        result = sim.run(executor)
     return {
-        **{k: job[k] for k in ("algorithm", "alpha", "seed")},
+        **{k: job[k] for k in ("algorithm", "alpha", "seed", "device", "model")},
         "best": result.summary["best"]["acc_weighted"],
         "best_round": result.summary["best"]["round"],
         "final": result.summary["final"]["acc_weighted"],
@@ -179,10 +188,23 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--same-data", action="store_true")
+    parser.add_argument("--model", default="fedavg_cnn")
+    parser.add_argument("--device", default="cpu", help="runtime.device of every run")
+    parser.add_argument("--data-root", default="data")
     parser.add_argument("--extra", default="", help="more overrides, space-separated")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="runs/fedvg-repro")
+    parser.add_argument(
+        "--table-from", default=None, help="only print the table of this runs.jsonl"
+    )
     args = parser.parse_args()
+    if args.table_from:
+        rows = [json.loads(line) for line in open(args.table_from)]
+        present = {r["algorithm"] for r in rows}
+        alphas = sorted({r["alpha"] for r in rows})
+        print(table(rows, [a for a in ALGORITHMS if a in present], alphas), end="")
+        print_result(rows, alphas)
+        return
     alphas = [float(a) for a in args.alphas.split(",")]
     algorithms = args.algorithms.split(",")
     unknown = [a for a in algorithms if a not in ALGORITHMS]
@@ -198,13 +220,16 @@ def main() -> None:
             "lr": args.lr,
             "epochs": args.epochs,
             "batch_size": args.batch_size,
+            "model": args.model,
+            "device": args.device,
+            "data_root": args.data_root,
             "alpha": a,
             "seed": int(s),
             "algorithm": algo,
             "overrides": overrides_for(algo, args.same_data) + args.extra.split(),
         }
+        for s in args.seeds.split(",")  # seed-major: a cut-short sweep has whole seeds
         for a in alphas
-        for s in args.seeds.split(",")
         for algo in algorithms
     ]
     out = Path(args.out)
@@ -212,7 +237,8 @@ def main() -> None:
     rows = []
     began = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool, open(out / "runs.jsonl", "w") as log:
-        for row in pool.map(run_one, jobs):
+        for done in as_completed([pool.submit(run_one, job) for job in jobs]):
+            row = done.result()
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
@@ -227,6 +253,10 @@ def main() -> None:
     (out / "table.md").write_text(text)
     print(text)
     print(f"{len(jobs)} runs in {time.perf_counter() - began:.0f} s")
+    print_result(rows, alphas)
+
+
+def print_result(rows: list[dict[str, Any]], alphas: list[float]) -> None:
     gaps = []
     for a in alphas:
         diffs = [

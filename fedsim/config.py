@@ -54,6 +54,7 @@ class ClientConfig:
 @dataclass
 class RuntimeConfig:
     executor: str = "ray"  # ray (a pool of worker actors) | local (in this process)
+    device: str = "auto"  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
     workers: int | None = None  # None: fill the machine (per CPU core, or workers_per_gpu per GPU)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float | None = None  # None: 1/workers_per_gpu on a GPU cluster, else 0
@@ -139,6 +140,10 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "client.eval_batch_size": (lambda v: v >= 1, "must be >= 1"),
     "model.name": (lambda v: v in _model_names(), "allowed: fedavg_cnn, resnet18"),
     "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
+    "runtime.device": (
+        lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
+        "allowed: auto, cpu, cuda, cuda:N",
+    ),
     "runtime.workers": (lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"),
     "runtime.cpus_per_worker": (lambda v: v > 0, "must be > 0"),
     "runtime.gpus_per_worker": (

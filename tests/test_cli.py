@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import fedsim.data.datasets as datasets
 from fedsim.cli import main
@@ -28,6 +29,7 @@ QUICK = ["rounds=1", "data.num_clients=4"]
         ),
         (["data.num_clients=5001"], "data.num_clients=5001"),
         (["data.name=imagenet"], "data.name='imagenet'"),
+        (["runtime.device=gpu"], "runtime.device='gpu': allowed: auto, cpu, cuda, cuda:N"),
     ],
 )
 def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, capsys):
@@ -37,6 +39,17 @@ def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, caps
     assert code == 2
     assert err.startswith("fedsim: error: ") and expected in err
     assert err.count("\n") == 1  # one line
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_on_a_machine_without_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    overrides = [*QUICK, "runtime.device=cuda"]
+    code = main(["run", "configs/quickstart.yaml", *overrides, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "runtime.device='cuda': this process sees 0 CUDA devices; allowed here: auto, cpu" in err
     assert not out.exists()
 
 

@@ -78,6 +78,15 @@ def test_pool_with_gpus_uses_workers_per_gpu():
     assert capped.workers == 6  # not more workers than CPUs
     cpu_only = plan_pool(RuntimeConfig(gpus_per_worker=0), cluster_cpus=4, cluster_gpus=2)
     assert (cpu_only.workers, cpu_only.gpus_per_worker) == (4, 0)
+    on_cpu = plan_pool(RuntimeConfig(device="cpu"), cluster_cpus=4, cluster_gpus=2)
+    assert (on_cpu.workers, on_cpu.gpus_per_worker) == (4, 0)
+
+
+def test_device_cuda_without_gpus_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"runtime.device='cuda': the cluster has 0 GPUs"):
+        plan_pool(RuntimeConfig(device="cuda"), cluster_cpus=4, cluster_gpus=0)
+    with pytest.raises(ConfigError, match=r"runtime.device='cuda:0'.*gpus_per_worker=0"):
+        plan_pool(RuntimeConfig(device="cuda:0", gpus_per_worker=0), cluster_cpus=4, cluster_gpus=1)
 
 
 def test_pool_that_cannot_fit_is_a_config_error():

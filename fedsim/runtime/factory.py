@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from fedsim.config import RuntimeConfig
 from fedsim.data.federated import FederatedData
+from fedsim.errors import ConfigError
 from fedsim.runtime.executor import Executor, LocalExecutor
 from fedsim.runtime.worker import WorkerSpec
 
@@ -23,4 +26,24 @@ def make_executor(runtime: RuntimeConfig, spec: WorkerSpec, data: FederatedData)
         return RayExecutor(runtime, spec, data)
     if spec.num_threads is None:
         spec = dataclasses.replace(spec, num_threads=max(1, int(runtime.cpus_per_worker)))
-    return LocalExecutor(spec, data)
+    return LocalExecutor(dataclasses.replace(spec, device=local_device(runtime.device)), data)
+
+
+def local_device(device: str) -> str:
+    """``runtime.device`` for this process: ``auto`` is CUDA where a GPU is visible.
+
+    Raises ConfigError for a CUDA device this process cannot see (before any work starts).
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        index = int(device[5:] or 0)
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if index >= visible:
+            raise ConfigError(
+                "runtime.device",
+                device,
+                f"this process sees {visible} CUDA devices; allowed here: auto, cpu"
+                + (f", cuda:0..cuda:{visible - 1}" if visible else ""),
+            )
+    return device

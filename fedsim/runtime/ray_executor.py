@@ -63,11 +63,20 @@ def plan_pool(runtime: RuntimeConfig, cluster_cpus: float, cluster_gpus: float) 
     """Workers and resources from the config and the cluster's totals (raises ConfigError).
 
     Defaults fill the machine: ``workers_per_gpu`` workers per GPU when the cluster has GPUs
-    (each with ``1 / workers_per_gpu`` of one), else one worker per ``cpus_per_worker`` CPUs.
+    (each with ``1 / workers_per_gpu`` of one; not with ``device=cpu``), else one worker per
+    ``cpus_per_worker`` CPUs.
     """
     gpus = runtime.gpus_per_worker
     if gpus is None:
-        gpus = 1.0 / runtime.workers_per_gpu if cluster_gpus > 0 else 0.0
+        on_gpu = cluster_gpus > 0 and runtime.device != "cpu"
+        gpus = 1.0 / runtime.workers_per_gpu if on_gpu else 0.0
+    if runtime.device.startswith("cuda") and gpus == 0:
+        raise ConfigError(
+            "runtime.device",
+            runtime.device,
+            f"the cluster has {cluster_gpus:g} GPUs and runtime.gpus_per_worker={gpus:g}; "
+            "allowed here: auto, cpu",
+        )
     cpus = runtime.cpus_per_worker
     by_cpu = int(cluster_cpus / cpus + 1e-9)
     if runtime.workers is not None:

@@ -1,0 +1,127 @@
+"""Every algorithm on ``runtime.device=cuda`` against the same run on the CPU (a GPU machine).
+
+For each registered algorithm: its Fashion-MNIST config from ``configs/`` (FedAvg-family
+members without one borrow the FedVG config with their name), shrunk to a stratified
+``--samples`` subset, ``--clients`` clients and ``--rounds`` rounds, run by the local executor
+once with ``runtime.device=cpu`` and once with ``cuda``. The two should agree to within
+float noise (GPU kernels round differently, so not bit for bit); per-round times are printed.
+Then ``runtime.device=cuda:<count>`` must fail with a one-line ConfigError.
+
+    python benchmarks/gpu_check.py --data-root data --samples 3000 --rounds 2
+
+Last line: ``RESULT gpu_ok=<algorithms ok>/<algorithms> max_acc_gap=<points>``; exit status 1
+when any algorithm fails or differs by more than ``--tolerance`` points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+CONFIG_OF = {
+    "cwfedavg": "configs/cwfedavg/fmnist-dir-cw-output-wdr.yaml",
+    "fedper": "configs/fedper/fmnist-dir-fedper.yaml",
+    "ditto": "configs/personalization/fmnist-dir-ditto.yaml",
+    "fedamp": "configs/personalization/fmnist-dir-fedamp.yaml",
+    "fedfomo": "configs/personalization/fmnist-dir-fedfomo.yaml",
+    "local": "configs/personalization/fmnist-dir-local.yaml",
+    "fedavg": "configs/fedvg/fmnist-dir-fedavg.yaml",
+    "fedprox": "configs/fedvg/fmnist-dir-fedprox.yaml",
+    "fedvg": "configs/fedvg/fmnist-dir-fedvg.yaml",
+}
+
+
+def run(algorithm: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
+    """(sample-weighted accuracy of the last round, seconds per round) of one small run."""
+    from reproduce_fedvg import subset
+
+    from fedsim.config import load_config
+    from fedsim.data.federated import build_federated_data
+    from fedsim.runtime.factory import make_executor
+    from fedsim.simulation import Simulation, cached_dataset
+
+    path = CONFIG_OF.get(algorithm, CONFIG_OF["fedvg"])
+    overrides = [
+        f"rounds={args.rounds}",
+        f"data.num_clients={args.clients}",
+        f"data.root={args.data_root}",
+        "data.download=false",
+        "runtime.executor=local",
+        f"runtime.device={device}",
+    ]
+    if algorithm not in CONFIG_OF:
+        overrides += [f"algorithm.name={algorithm}", "algorithm.weighting=fedvg"]
+    cfg = load_config(ROOT / path, overrides)
+    d = cfg.data
+    dataset = subset(cached_dataset(d.name, d.root, d.download), args.samples)
+    data = build_federated_data(
+        dataset,
+        d.num_clients,
+        d.partition.name,
+        alpha=d.partition.alpha,
+        classes_per_client=d.partition.classes_per_client,
+        train_ratio=d.train_ratio,
+        seed=cfg.seed,
+    )
+    sim = Simulation(cfg, data=data)
+    began = time.perf_counter()
+    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:
+        result = sim.run(executor)
+    seconds = (time.perf_counter() - began) / args.rounds
+    return result.history[-1]["acc_weighted"], seconds
+
+
+def main() -> None:
+    import torch
+
+    from fedsim.algorithms.registry import ALGORITHMS
+    from fedsim.config import load_config
+    from fedsim.errors import ConfigError
+    from fedsim.runtime.factory import local_device
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", default="data")
+    parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tolerance", type=float, default=3.0, help="accuracy points")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device visible: run this on a GPU machine")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
+    torch.set_num_threads(1)
+    ok, gaps = 0, []
+    for algorithm in sorted(ALGORITHMS):
+        try:
+            acc_cpu, s_cpu = run(algorithm, "cpu", args)
+            acc_gpu, s_gpu = run(algorithm, "cuda", args)
+        except Exception:  # report every algorithm, then fail
+            print(f"{algorithm:>9}: FAILED\n{traceback.format_exc()}", flush=True)
+            continue
+        gap = 100 * abs(acc_gpu - acc_cpu)
+        gaps.append(gap)
+        ok += gap <= args.tolerance
+        print(
+            f"{algorithm:>9}: acc cpu {100 * acc_cpu:6.2f} cuda {100 * acc_gpu:6.2f} "
+            f"(gap {gap:.2f}), s/round cpu {s_cpu:.2f} cuda {s_gpu:.2f}",
+            flush=True,
+        )
+    missing = f"cuda:{torch.cuda.device_count()}"
+    try:
+        local_device(load_config(None, [f"runtime.device={missing}"]).runtime.device)
+        print(f"runtime.device={missing}: accepted (WRONG)")
+    except ConfigError as error:
+        print(f"runtime.device={missing}: ConfigError: {error}")
+    print(f"RESULT gpu_ok={ok}/{len(ALGORITHMS)} max_acc_gap={max(gaps, default=0):.2f}")
+    sys.exit(0 if ok == len(ALGORITHMS) else 1)
+
+
+if __name__ == "__main__":
+    main()
