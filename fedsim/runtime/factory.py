@@ -44,6 +44,7 @@ def local_device(device: str) -> str:
                 "runtime.device",
                 device,
                 f"this process sees {visible} CUDA devices; allowed here: auto, cpu"
-                + (f", cuda:0..cuda:{visible - 1}" if visible else ""),
+                + (", cuda, cuda:0" if visible else "")
+                + (f"..cuda:{visible - 1}" if visible > 1 else ""),
             )
     return device
