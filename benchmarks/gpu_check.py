@@ -5,9 +5,12 @@ members without one borrow the FedVG config with their name), shrunk to a strati
 ``--samples`` subset, ``--clients`` clients and ``--rounds`` rounds, run by the local executor
 once with ``runtime.device=cpu`` and once with ``cuda``. The two should agree to within
 float noise (GPU kernels round differently, so not bit for bit); per-round times are printed.
-Then ``runtime.device=cuda:<count>`` must fail with a one-line ConfigError.
+Then ``runtime.device=cuda:<count>`` must fail with a one-line ConfigError. With ``--ray``:
+FedAvg and FedVG on a Ray pool of ``--workers-per-gpu`` workers sharing each GPU (fractional
+GPUs): every worker must report CUDA and its memory cap (1 / workers_per_gpu), and the run
+must match the local CUDA run.
 
-    python benchmarks/gpu_check.py --data-root data --samples 3000 --rounds 2
+    python benchmarks/gpu_check.py --data-root data --samples 3000 --rounds 2 [--ray]
 
 Last line: ``RESULT gpu_ok=<algorithms ok>/<algorithms> max_acc_gap=<points>``; exit status 1
 when any algorithm fails or differs by more than ``--tolerance`` points.
@@ -38,7 +41,9 @@ CONFIG_OF = {
 }
 
 
-def run(algorithm: str, device: str, args: argparse.Namespace) -> tuple[float, float]:
+def run(
+    algorithm: str, device: str, args: argparse.Namespace, executor: str = "local"
+) -> tuple[float, float]:
     """(sample-weighted accuracy of the last round, seconds per round) of one small run."""
     from reproduce_fedvg import subset
 
@@ -53,8 +58,9 @@ def run(algorithm: str, device: str, args: argparse.Namespace) -> tuple[float, f
         f"data.num_clients={args.clients}",
         f"data.root={args.data_root}",
         "data.download=false",
-        "runtime.executor=local",
+        f"runtime.executor={executor}",
         f"runtime.device={device}",
+        f"runtime.workers_per_gpu={args.workers_per_gpu}",
     ]
     if algorithm not in CONFIG_OF:
         overrides += [f"algorithm.name={algorithm}", "algorithm.weighting=fedvg"]
@@ -72,8 +78,14 @@ def run(algorithm: str, device: str, args: argparse.Namespace) -> tuple[float, f
     )
     sim = Simulation(cfg, data=data)
     began = time.perf_counter()
-    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:
-        result = sim.run(executor)
+    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as pool:
+        for info in getattr(pool, "worker_info", []):
+            print(f"    ray worker {info}", flush=True)
+            expected = 1 / args.workers_per_gpu
+            on_share = info["device"] == "cuda" and info["cuda_memory_fraction"] == expected
+            if device != "cpu" and not on_share:
+                raise RuntimeError(f"worker not on its GPU share {expected}: {info}")
+        result = sim.run(pool)
     seconds = (time.perf_counter() - began) / args.rounds
     return result.history[-1]["acc_weighted"], seconds
 
@@ -92,13 +104,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tolerance", type=float, default=3.0, help="accuracy points")
+    parser.add_argument("--ray", action="store_true", help="also a Ray pool on fractional GPUs")
+    parser.add_argument("--workers-per-gpu", type=int, default=4)
+    parser.add_argument("--only", default=None, help="comma-separated algorithms")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("no CUDA device visible: run this on a GPU machine")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     torch.set_num_threads(1)
     ok, gaps = 0, []
-    for algorithm in sorted(ALGORITHMS):
+    algorithms = args.only.split(",") if args.only else sorted(ALGORITHMS)
+    for algorithm in algorithms:
         try:
             acc_cpu, s_cpu = run(algorithm, "cpu", args)
             acc_gpu, s_gpu = run(algorithm, "cuda", args)
@@ -113,14 +129,31 @@ def main() -> None:
             f"(gap {gap:.2f}), s/round cpu {s_cpu:.2f} cuda {s_gpu:.2f}",
             flush=True,
         )
+    if args.ray:
+        for algorithm in ("fedavg", "fedvg"):
+            try:
+                acc_local, _ = run(algorithm, "cuda", args)
+                acc_ray, s_ray = run(algorithm, "cuda", args, executor="ray")
+            except Exception:
+                print(f"ray {algorithm}: FAILED\n{traceback.format_exc()}", flush=True)
+                continue
+            gap = 100 * abs(acc_ray - acc_local)
+            gaps.append(gap)
+            ok += gap <= args.tolerance
+            print(
+                f"ray {algorithm}: acc local cuda {100 * acc_local:6.2f}, ray pool "
+                f"{100 * acc_ray:6.2f} (gap {gap:.2f}), s/round {s_ray:.2f}",
+                flush=True,
+            )
+        algorithms = [*algorithms, "ray-fedavg", "ray-fedvg"]
     missing = f"cuda:{torch.cuda.device_count()}"
     try:
         local_device(load_config(None, [f"runtime.device={missing}"]).runtime.device)
         print(f"runtime.device={missing}: accepted (WRONG)")
     except ConfigError as error:
         print(f"runtime.device={missing}: ConfigError: {error}")
-    print(f"RESULT gpu_ok={ok}/{len(ALGORITHMS)} max_acc_gap={max(gaps, default=0):.2f}")
-    sys.exit(0 if ok == len(ALGORITHMS) else 1)
+    print(f"RESULT gpu_ok={ok}/{len(algorithms)} max_acc_gap={max(gaps, default=0):.2f}")
+    sys.exit(0 if ok == len(algorithms) else 1)
 
 
 if __name__ == "__main__":

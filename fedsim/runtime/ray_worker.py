@@ -24,9 +24,11 @@ class WorkerActor:
     def __init__(self, spec: WorkerSpec, data: FederatedData, gpu_fraction: float = 0.0):
         if spec.num_threads:
             torch.set_num_threads(spec.num_threads)
+        self._memory_fraction: float | None = None
         if gpu_fraction > 0 and torch.cuda.is_available():
             # Ray's GPU fractions are bookkeeping only: cap this process's CUDA memory to match.
-            torch.cuda.set_per_process_memory_fraction(min(gpu_fraction, 1.0))
+            self._memory_fraction = min(gpu_fraction, 1.0)
+            torch.cuda.set_per_process_memory_fraction(self._memory_fraction)
             spec = dataclasses.replace(spec, device="cuda")
         self.worker = ClientWorker(spec, data)
         self._crash_round: int | None = None
@@ -37,6 +39,7 @@ class WorkerActor:
         return {
             "pid": os.getpid(),
             "device": str(self.worker.device),
+            "cuda_memory_fraction": self._memory_fraction,  # None: not on a GPU
             "threads": torch.get_num_threads(),
             "niceness": os.nice(0),
             "dataset_shared": not self.worker.data.dataset.images.flags.writeable,
