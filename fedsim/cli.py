@@ -35,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.experiment import run_experiment
 
     cfg = load_config(args.config, args.overrides)
-    result = run_experiment(cfg, args.out, progress=not args.no_progress)
+    result = run_experiment(cfg, args.out, progress=not args.no_progress, resume=args.resume)
     console = Console()
     console.print(
         summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rounds=50 client.lr=0.01")
     run.add_argument("--out", default=None, help="run folder (default runs/<name>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (rounds may grow)",
+    )
     run.set_defaults(func=cmd_run)
     report = sub.add_parser("report", help="draw a run folder's plots into RUN_DIR/plots/")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="e.g. runs/quickstart")

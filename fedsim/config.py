@@ -96,6 +96,7 @@ class ExperimentConfig:
     rounds: int = 20
     join_ratio: float = 1.0
     eval_every: int = 1
+    checkpoint_every: int = 0  # save the full state every N rounds and after the last (0: never)
     max_failed_fraction: float = 0.5  # stop if more of a cohort has non-finite losses
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -123,6 +124,7 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "rounds": (lambda v: v >= 1, "must be >= 1"),
     "join_ratio": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "eval_every": (lambda v: v >= 1, "must be >= 1"),
+    "checkpoint_every": (lambda v: v >= 0, "must be >= 0 (0: no checkpoints)"),
     "max_failed_fraction": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
     "data.num_clients": (lambda v: v >= 1, "must be >= 1"),
     "data.train_ratio": (lambda v: 0 < v < 1, "must be in (0, 1)"),

@@ -6,7 +6,15 @@ import shutil
 import sys
 from pathlib import Path
 
+from fedsim.checkpoint import (
+    Checkpoint,
+    check_resumable,
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+)
 from fedsim.config import ExperimentConfig
+from fedsim.errors import ConfigError
 from fedsim.runtime.factory import make_executor
 from fedsim.simulation import RunResult, Simulation
 from fedsim.tracking.base import Sink
@@ -36,6 +44,21 @@ def write_report_safely(run_dir: Path) -> list[Path]:
         return []
 
 
+def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
+    """The newest checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError)."""
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise ConfigError(
+            "--resume",
+            str(run_dir),
+            f"no checkpoint in {checkpoint_dir(run_dir)} (a run saves them when "
+            "checkpoint_every > 0)",
+        )
+    checkpoint = load_checkpoint(path)
+    check_resumable(checkpoint, cfg.to_dict(), path)
+    return checkpoint
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path | None = None,
@@ -43,14 +66,21 @@ def run_experiment(
     progress: bool = True,
     extra_sinks: list[Sink] | None = None,
     report: bool = True,
+    resume: bool = False,
 ) -> RunResult:
     """Everything that can fail on bad input fails before the run folder exists.
 
     ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
-    the sinks close, so the W&B sink can upload them).
+    the sinks close, so the W&B sink can upload them). ``resume``: continue the run in
+    ``out_dir`` (default ``runs/<name>``) from its newest checkpoint.
     """
     simulation = Simulation(cfg)
-    run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
+    if resume:
+        run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
+        checkpoint = resumable_checkpoint(cfg, run_dir)
+    else:
+        run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
+        checkpoint = None
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     sinks: list[Sink] = [FileSink(), *(extra_sinks or [])]
@@ -69,7 +99,7 @@ def run_experiment(
     try:
         for sink in sinks:
             sink.start(run_dir, cfg.to_dict(), simulation.data.partition_summary())
-        result = simulation.run(executor, sinks)
+        result = simulation.run(executor, sinks, run_dir=run_dir, resume=checkpoint)
         write_run_plots(run_dir, simulation, result)
         if report:
             write_report_safely(run_dir)

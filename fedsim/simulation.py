@@ -18,6 +18,7 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, FederationInfo, ServerState, merge_sums
 from fedsim.algorithms.registry import get_algorithm_class
+from fedsim.checkpoint import Checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.data.datasets import ImageDataset, load_dataset
 from fedsim.data.federated import FederatedData, build_federated_data
@@ -121,15 +122,37 @@ class Simulation:
         rng = np.random.default_rng([self.cfg.seed, round_idx, 7])
         return sorted(rng.choice(n, size=size, replace=False).tolist())
 
-    def run(self, executor: Executor, sinks: list[Sink] | None = None) -> RunResult:
-        """Run every round through ``executor``; feed ``sinks``; return the summary."""
+    def run(
+        self,
+        executor: Executor,
+        sinks: list[Sink] | None = None,
+        *,
+        run_dir: Path | None = None,
+        resume: Checkpoint | None = None,
+    ) -> RunResult:
+        """Run every round through ``executor``; feed ``sinks``; return the summary.
+
+        With ``run_dir`` and ``checkpoint_every`` > 0, checkpoints go to ``run_dir``; with
+        ``resume``, the run continues from that checkpoint (its rounds replayed to the sinks).
+        """
         cfg, sinks = self.cfg, sinks or []
         state = self.algorithm.init_state(self.initial_params)
         budget_gb = cfg.runtime.state_memory_gb
         store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
         history: list[dict[str, Any]] = []
+        records: list[RoundRecord] = []
+        first_round = 0
+        if resume is not None:
+            state, first_round = resume.state, resume.rounds_trained
+            for client, client_state in resume.client_states.items():
+                store.put(client, client_state)
+            for record in resume.records:
+                records.append(record)
+                history.append({"round": record.round, **record.summary})
+                for sink in sinks:
+                    sink.log_round(record)
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
-        for round_idx in range(cfg.rounds + 1):
+        for round_idx in range(first_round, cfg.rounds + 1):
             began = time.perf_counter()
             training = round_idx < cfg.rounds
             evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
@@ -185,8 +208,17 @@ class Simulation:
                 if c.evaluation is not None
             ]
             history.append({"round": round_idx, **summary})
+            records.append(record)
             for sink in sinks:
                 sink.log_round(record)
+            every = cfg.checkpoint_every
+            if training and run_dir is not None and every > 0:
+                trained = round_idx + 1
+                if trained % every == 0 or trained == cfg.rounds:
+                    states = {c: store.get(c) for c in store.clients()}
+                    save_checkpoint(
+                        run_dir, Checkpoint(trained, cfg.to_dict(), state, states, records)
+                    )
         summary = best_and_final(history)
         for sink in sinks:
             sink.finish(summary)

@@ -1,0 +1,71 @@
+"""Checkpoints: a resumed run is the run that was never interrupted; bad resumes fail early."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedsim.checkpoint import latest_checkpoint, load_checkpoint
+from fedsim.cli import main
+from fedsim.config import load_config
+from fedsim.errors import ConfigError
+from fedsim.experiment import run_experiment
+
+TIMING_KEYS = ("seconds", "train_seconds_max_worker")
+# SCAFFOLD: a server state (x, c) and a private state per client (c_i); half the clients a round
+BASE = [
+    "algorithm.name=scaffold",
+    "data.num_clients=10",
+    "join_ratio=0.5",
+    "runtime.executor=local",
+    "checkpoint_every=2",
+]
+
+
+def run(out, *overrides: str, resume: bool = False):
+    cfg = load_config("configs/quickstart.yaml", [*BASE, *overrides])
+    return run_experiment(cfg, out, progress=False, report=False, resume=resume)
+
+
+def metrics(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    straight = run(tmp_path / "straight", "rounds=4")
+    run(tmp_path / "resumed", "rounds=2")
+    first = load_checkpoint(latest_checkpoint(tmp_path / "resumed"))
+    assert first.rounds_trained == 2 and len(first.records) == 2
+    assert first.client_states and set(first.client_states) <= set(range(10))  # their c_i
+    resumed = run(tmp_path / "resumed", "rounds=4", resume=True)
+    for key in straight.state:
+        assert torch.equal(straight.state[key], resumed.state[key]), key
+    for client in straight.client_store.clients():
+        a, b = straight.client_store.get(client), resumed.client_store.get(client)
+        assert all(torch.equal(a[k], b[k]) for k in a), client
+    assert metrics(tmp_path / "resumed") == metrics(tmp_path / "straight")
+    assert len(metrics(tmp_path / "resumed")) == 5  # rounds 0-3 and the final evaluation
+    clients_csv = (tmp_path / "resumed" / "clients.csv").read_text()
+    assert clients_csv == (tmp_path / "straight" / "clients.csv").read_text()
+    assert resumed.summary == straight.summary
+    saved = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir())
+    assert saved == ["round_00004.pt"]  # only the newest, nothing half-written
+
+
+def test_resume_that_cannot_continue_is_one_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"--resume=.*no checkpoint in .*checkpoint_every > 0"):
+        run(tmp_path / "none", "rounds=1", resume=True)
+    run(tmp_path / "run", "rounds=2")
+    with pytest.raises(ConfigError, match=r"differs from the checkpoint's in client, seed"):
+        run(tmp_path / "run", "rounds=4", "client.lr=0.01", "seed=3", resume=True)
+    with pytest.raises(ConfigError, match=r"rounds=1: the checkpoint has 2 rounds trained"):
+        run(tmp_path / "run", "rounds=1", resume=True)
+
+
+def test_cli_resume_error_is_one_line_exit_2(tmp_path, capsys):
+    code = main(["run", "configs/quickstart.yaml", "rounds=1", "--out", str(tmp_path), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--resume=" in err
