@@ -45,10 +45,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from fedsim.experiment import redraw_algorithm_plots
     from fedsim.tracking.report import write_report
 
     for run_dir in args.run_dirs:
-        for path in write_report(run_dir):
+        redrawn = redraw_algorithm_plots(run_dir)  # from a final checkpoint, if there is one
+        for path in sorted({*write_report(run_dir), *redrawn}):
             print(path)
     return 0
 

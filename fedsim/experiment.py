@@ -109,3 +109,33 @@ def run_experiment(
         executor.close()
     result.run_dir = run_dir
     return result
+
+
+def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
+    """The end-of-run figures (cwFedAvg's row norms) again, from the run's final checkpoint.
+
+    Needs a checkpoint of every round (``checkpoint_every`` > 0 and the run finished) and the
+    run's dataset; returns [] when there is none or the algorithm draws no such figure.
+    """
+    from fedsim.checkpoint import latest_checkpoint, load_checkpoint
+    from fedsim.config import load_config
+    from fedsim.runtime.state_store import ClientStateStore
+
+    run_dir = Path(run_dir)
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        return []
+    checkpoint = load_checkpoint(path)
+    cfg = load_config(run_dir / "config.yaml", [])
+    if checkpoint.rounds_trained != cfg.rounds:
+        return []
+    simulation = Simulation(cfg)
+    store = ClientStateStore()
+    for client, state in checkpoint.client_states.items():
+        store.put(client, state)
+    history = [{"round": r.round, **r.summary} for r in checkpoint.records]
+    result = RunResult(summary={}, history=history, state=checkpoint.state, client_store=store)
+    try:
+        return write_run_plots(run_dir, simulation, result)
+    finally:
+        store.close()

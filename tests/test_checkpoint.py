@@ -69,3 +69,18 @@ def test_cli_resume_error_is_one_line_exit_2(tmp_path, capsys):
     code = main(["run", "configs/quickstart.yaml", "rounds=1", "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--resume=" in err
+
+
+def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(tmp_path, capsys):
+    cfg = load_config(
+        "configs/cwfedavg/mnist5k-pat-cw-output-wdr.yaml",
+        ["rounds=2", "data.num_clients=10", "runtime.executor=local", "checkpoint_every=1"],
+    )
+    run_dir = tmp_path / "cw"
+    run_experiment(cfg, run_dir, progress=False, report=False)
+    figure = run_dir / "plots" / "row_norms.png"
+    drawn = figure.read_bytes()
+    figure.unlink()
+    assert main(["report", str(run_dir)]) == 0
+    assert str(figure) in capsys.readouterr().out.splitlines()
+    assert figure.read_bytes() == drawn  # the same state, the same figure
