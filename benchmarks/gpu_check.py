@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,9 +49,8 @@ def run(
     from reproduce_fedvg import subset
 
     from fedsim.config import load_config
-    from fedsim.data.federated import build_federated_data
     from fedsim.runtime.factory import make_executor
-    from fedsim.simulation import Simulation, cached_dataset
+    from fedsim.simulation import Simulation, build_data, cached_dataset
 
     path = CONFIG_OF.get(algorithm, CONFIG_OF["fedvg"])
     overrides = [
@@ -66,16 +66,7 @@ def run(
         overrides += [f"algorithm.name={algorithm}", "algorithm.weighting=fedvg"]
     cfg = load_config(ROOT / path, overrides)
     d = cfg.data
-    dataset = subset(cached_dataset(d.name, d.root, d.download), args.samples)
-    data = build_federated_data(
-        dataset,
-        d.num_clients,
-        d.partition.name,
-        alpha=d.partition.alpha,
-        classes_per_client=d.partition.classes_per_client,
-        train_ratio=d.train_ratio,
-        seed=cfg.seed,
-    )
+    data = build_data(cfg, subset(cached_dataset(d.name, d.root, d.download), args.samples))
     sim = Simulation(cfg, data=data)
     began = time.perf_counter()
     with make_executor(cfg.runtime, sim.worker_spec, sim.data) as pool:
@@ -88,6 +79,26 @@ def run(
         result = sim.run(pool)
     seconds = (time.perf_counter() - began) / args.rounds
     return result.history[-1]["acc_weighted"], seconds
+
+
+def compare(
+    algorithm: str, device_a: str, executor_a: str, device_b: str, executor_b: str, args: Any
+) -> float | None:
+    """Run ``algorithm`` both ways; print and return the accuracy gap (None: it failed)."""
+    label = f"{algorithm} {device_a}/{executor_a} vs {device_b}/{executor_b}"
+    try:
+        acc_a, s_a = run(algorithm, device_a, args, executor_a)
+        acc_b, s_b = run(algorithm, device_b, args, executor_b)
+    except Exception:  # report every pair, then fail
+        print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
+        return None
+    gap = 100 * abs(acc_b - acc_a)
+    print(
+        f"{label}: acc {100 * acc_a:6.2f} vs {100 * acc_b:6.2f} (gap {gap:.2f}), "
+        f"s/round {s_a:.2f} vs {s_b:.2f}",
+        flush=True,
+    )
+    return gap
 
 
 def main() -> None:
@@ -112,48 +123,23 @@ def main() -> None:
         sys.exit("no CUDA device visible: run this on a GPU machine")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     torch.set_num_threads(1)
-    ok, gaps = 0, []
     algorithms = args.only.split(",") if args.only else sorted(ALGORITHMS)
-    for algorithm in algorithms:
-        try:
-            acc_cpu, s_cpu = run(algorithm, "cpu", args)
-            acc_gpu, s_gpu = run(algorithm, "cuda", args)
-        except Exception:  # report every algorithm, then fail
-            print(f"{algorithm:>9}: FAILED\n{traceback.format_exc()}", flush=True)
-            continue
-        gap = 100 * abs(acc_gpu - acc_cpu)
-        gaps.append(gap)
-        ok += gap <= args.tolerance
-        print(
-            f"{algorithm:>9}: acc cpu {100 * acc_cpu:6.2f} cuda {100 * acc_gpu:6.2f} "
-            f"(gap {gap:.2f}), s/round cpu {s_cpu:.2f} cuda {s_gpu:.2f}",
-            flush=True,
-        )
-    if args.ray:
-        for algorithm in ("fedavg", "fedvg"):
-            try:
-                acc_local, _ = run(algorithm, "cuda", args)
-                acc_ray, s_ray = run(algorithm, "cuda", args, executor="ray")
-            except Exception:
-                print(f"ray {algorithm}: FAILED\n{traceback.format_exc()}", flush=True)
-                continue
-            gap = 100 * abs(acc_ray - acc_local)
-            gaps.append(gap)
-            ok += gap <= args.tolerance
-            print(
-                f"ray {algorithm}: acc local cuda {100 * acc_local:6.2f}, ray pool "
-                f"{100 * acc_ray:6.2f} (gap {gap:.2f}), s/round {s_ray:.2f}",
-                flush=True,
-            )
-        algorithms = [*algorithms, "ray-fedavg", "ray-fedvg"]
+    pairs = [(a, "cpu", "local", "cuda", "local") for a in algorithms]
+    if args.ray:  # the Ray pool on fractional GPUs against the local CUDA run
+        pairs += [(a, "cuda", "local", "cuda", "ray") for a in ("fedavg", "fedvg")]
+    gaps = [compare(*pair, args) for pair in pairs]
+    ok = sum(g is not None and g <= args.tolerance for g in gaps)
     missing = f"cuda:{torch.cuda.device_count()}"
     try:
         local_device(load_config(None, [f"runtime.device={missing}"]).runtime.device)
         print(f"runtime.device={missing}: accepted (WRONG)")
+        rejected = False
     except ConfigError as error:
         print(f"runtime.device={missing}: ConfigError: {error}")
-    print(f"RESULT gpu_ok={ok}/{len(algorithms)} max_acc_gap={max(gaps, default=0):.2f}")
-    sys.exit(0 if ok == len(algorithms) else 1)
+        rejected = True
+    worst = max((g for g in gaps if g is not None), default=0.0)
+    print(f"RESULT gpu_ok={ok}/{len(pairs)} max_acc_gap={worst:.2f} bad_device_rejected={rejected}")
+    sys.exit(0 if ok == len(pairs) and rejected else 1)
 
 
 if __name__ == "__main__":

@@ -90,9 +90,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from fedsim.config import load_config
-    from fedsim.data.federated import build_federated_data
     from fedsim.runtime.factory import make_executor
-    from fedsim.simulation import Simulation, cached_dataset
+    from fedsim.simulation import Simulation, build_data, cached_dataset
 
     torch.set_num_threads(1)
     cfg = load_config(
@@ -118,10 +117,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         ],
     )
     d = cfg.data
-    dataset = subset(cached_dataset(d.name, d.root, d.download), job["samples"])
-    data = build_federated_data(
-        dataset, d.num_clients, "dirichlet", alpha=d.partition.alpha, seed=cfg.seed
-    )
+    data = build_data(cfg, subset(cached_dataset(d.name, d.root, d.download), job["samples"]))
     began = time.perf_counter()
     sim = Simulation(cfg, data=data)
     with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:

@@ -39,10 +39,12 @@ def cached_dataset(name: str, root: str, download: bool) -> ImageDataset:
     return load_dataset(name, root, download=download)
 
 
-def build_data(cfg: ExperimentConfig) -> FederatedData:
-    """The config's dataset, partitioned and split per client (raises ConfigError)."""
+def build_data(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> FederatedData:
+    """The config's dataset (or ``dataset``, e.g. a subset of it), partitioned and split per
+    client as the config says (raises ConfigError)."""
     d = cfg.data
-    dataset = cached_dataset(d.name, d.root, d.download)
+    if dataset is None:
+        dataset = cached_dataset(d.name, d.root, d.download)
     return build_federated_data(
         dataset,
         d.num_clients,
