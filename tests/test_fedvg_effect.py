@@ -8,13 +8,17 @@ with real data: mnist-5k IID over 10 clients, 4 of which have every training lab
 by one (y -> y + 1 mod 10, a systematic label flip; their test labels stay true). Same data,
 seed, rounds and local training for both; FedAvg trains on FedVG's split (val_holdout).
 
-Measured on this machine (6 rounds, lr 0.05, batch 10, 1 epoch), final accuracy, seeds
-0 / 1 / 2: FedAvg 84.4 / 76.6 / 85.5, FedVG 87.9 / 85.0 / 89.3.
+Measured on this machine (6 rounds, lr 0.05, batch 10, 1 epoch), seeds 0 / 1 / 2, mean
+accuracy of the last 3 rounds: FedAvg 81.6 / 76.8 / 83.5, FedVG 91.2 / 91.3 / 92.5; the
+flipped clients' share of FedVG's weight falls from ~0.35 in round 0 (a random model scores
+every client alike) to 0.09-0.16 by round 5. With the flipped clients' held-out shares left
+flipped too (a validation set 40 % wrong; seed 0), their share stayed 0.34-0.40 and FedVG led by
+~3.5 points only: FedVG is as good as its validation set.
 
-Asserted, seed 0: FedVG gives the flipped clients less than half their sample share of the
-aggregation weight in every round (FedAvg gives them exactly their share), and its mean
-accuracy over the last 3 rounds is at least 2 points above FedAvg's (~1,250 test samples:
-binomial std <= 1.2 points per round, ~0.7 for a 3-round mean).
+Asserted, seed 0: from round 1 on, FedVG gives the flipped clients less than their sample
+share of the weight (FedAvg gives them exactly that), and less than half of it over the last
+3 rounds; its mean accuracy over the last 3 rounds is at least 2 points above FedAvg's
+(~1,250 test samples: binomial std <= 1.2 points per round, ~0.7 for a 3-round mean).
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def test_fedvg_downweights_label_flipped_clients_and_beats_fedavg(monkeypatch):
     sample_share = len(FLIPPED) / CLIENTS  # IID: equal clients
     assert len(fedvg_shares) == ROUNDS
     assert fedavg_shares == pytest.approx([sample_share] * ROUNDS, abs=0.01)
-    assert max(fedvg_shares) < sample_share, fedvg_shares
+    assert max(fedvg_shares[1:]) < sample_share, fedvg_shares
     assert np.mean(fedvg_shares[-3:]) < sample_share / 2, fedvg_shares
     fedavg_late, fedvg_late = np.mean(fedavg_acc[-3:]), np.mean(fedvg_acc[-3:])
     assert fedvg_late >= fedavg_late + MARGIN, (fedvg_acc, fedavg_acc)
