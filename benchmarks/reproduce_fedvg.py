@@ -139,6 +139,15 @@ def mean_std(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
 
+def gap_pairs(algorithms: list[str]) -> list[tuple[str, str]]:
+    """(algorithm, its baseline) pairs to difference: each -vg against its base, FedVG and
+    uniform weights against FedAvg, and FedVG against uniform (more than flattening?)."""
+    pairs = [(a, a.removesuffix("-vg")) for a in algorithms if a.endswith("-vg")]
+    pairs += [(a, "fedavg") for a in ("fedvg", "fedvg-avg", "uniform")]
+    pairs.append(("fedvg", "uniform"))
+    return [(a, b) for a, b in pairs if a in algorithms and b in algorithms]
+
+
 def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]) -> str:
     """Markdown: accuracy (mean ± std over seeds) per KEYS, and each -vg minus its base."""
     heads = [f"Dir({a}) {key}" for a in alphas for key in KEYS]
@@ -151,10 +160,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
             cells += [mean_std([r[k] for r in mine]) for k in KEYS]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     gaps = []
-    for algo in algorithms:
-        base = "fedavg" if algo in ("fedvg", "fedvg-avg") else algo.removesuffix("-vg")
-        if base == algo or base not in algorithms:
-            continue
+    for algo, base in gap_pairs(algorithms):
         cells = []
         for a in alphas:
             pairs = [

@@ -91,6 +91,22 @@ class RunResult:
     client_store: ClientStateStore = field(default_factory=ClientStateStore)
 
 
+def aggregation_shares(results: list[ClientResult]) -> dict[int, float]:
+    """Each trained client's share of the round's aggregate: its weight over the summed
+    weight, averaged over the weighted sums the algorithm keeps (FedAvg: n_i / sum n;
+    FedVG: its validation-gradient weight; ``avg`` mode: the mean of the two)."""
+    totals: dict[str, float] = {}
+    for c in results:
+        for key, weight in c.weights.items():
+            totals[key] = totals.get(key, 0.0) + weight
+    shares = {}
+    for c in results:
+        parts = [w / totals[k] for k, w in c.weights.items() if totals[k] > 0]
+        if parts:
+            shares[c.client] = float(np.mean(parts))
+    return shares
+
+
 class Simulation:
     """One experiment: everything that can fail on bad input is built in ``__init__``."""
 
@@ -197,6 +213,7 @@ class Simulation:
                 summary["bytes_down"] = download
                 summary["bytes_up"] = sum(c.upload_bytes for c in results)
             record = RoundRecord(round=round_idx, summary=summary)
+            shares = aggregation_shares(results)
             record.clients = [
                 ClientRow(
                     client=c.client,
@@ -205,6 +222,7 @@ class Simulation:
                     loss=c.evaluation.loss_sum / max(c.evaluation.num_samples, 1),
                     n=c.evaluation.num_samples,
                     classes=int(num_classes[c.client]),
+                    weight=shares.get(c.client),
                 )
                 for c in results
                 if c.evaluation is not None

@@ -15,6 +15,18 @@ from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.errors import ClientFailureError
 from fedsim.experiment import run_experiment
+from fedsim.runtime.executor import LocalExecutor
+from fedsim.runtime.worker import ClientResult
+from fedsim.simulation import Simulation, aggregation_shares
+from fedsim.tracking.base import RoundRecord, Sink
+
+
+class Records(Sink):
+    def __init__(self) -> None:
+        self.records: list[RoundRecord] = []
+
+    def log_round(self, record: RoundRecord) -> None:
+        self.records.append(record)
 
 
 def config(*overrides: str):
@@ -33,7 +45,7 @@ def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["round"] for line in lines] == list(range(9))
     rows = (tmp_path / "run" / "clients.csv").read_text().splitlines()
-    assert rows[0] == "client,round,accuracy,loss,n,classes" and len(rows) == 1 + 9 * 20
+    assert rows[0] == "client,round,accuracy,loss,n,classes,weight" and len(rows) == 1 + 9 * 20
 
 
 @pytest.mark.slow
@@ -74,6 +86,33 @@ def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
     assert [h["num_trained"] for h in result.history] == [3, 3, 0]
     rows = (tmp_path / "run" / "clients.csv").read_text().splitlines()
     assert len(rows) == 1 + 3 * 10
+
+
+def test_each_trained_client_reports_its_share_of_the_aggregate():
+    """FedAvg's share is n_i / sum n over the cohort (by hand); untrained clients have none."""
+    sim = Simulation(config("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
+    sink = Records()
+    sim.run(LocalExecutor(sim.worker_spec, sim.data), [sink])
+    sizes = sim.data.train_sizes()
+    for record in sink.records[:2]:
+        cohort = sim.sample_cohort(record.round)
+        weights = {c.client: c.weight for c in record.clients}
+        for client in range(10):
+            if client in cohort:
+                expected = sizes[client] / sum(sizes[c] for c in cohort)
+                assert weights[client] == pytest.approx(expected, rel=1e-12)
+            else:
+                assert weights[client] is None
+    assert all(c.weight is None for c in sink.records[2].clients)  # evaluation only
+
+
+def test_aggregation_shares_average_over_the_weighted_sums():
+    a = ClientResult(client=0, weights={"x": 1.0, "y": 3.0})
+    b = ClientResult(client=1, weights={"x": 3.0, "y": 1.0})
+    c = ClientResult(client=2, weights={"x": 4.0})  # no contribution to y
+    shares = aggregation_shares([a, b, c, ClientResult(client=3)])
+    # x sums to 8, y to 4: a = (1/8 + 3/4) / 2, b = (3/8 + 1/4) / 2, c = 4/8
+    assert shares == pytest.approx({0: 0.4375, 1: 0.3125, 2: 0.5})
 
 
 @dataclass

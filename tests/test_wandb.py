@@ -20,9 +20,14 @@ from fedsim.tracking.wandb_sink import WandbSink, read_offline_run, resolve_mode
 def normalized(rows: list) -> set[tuple]:
     """Client table rows as comparable tuples (floats rounded)."""
     return {
-        (int(c), int(r), round(float(a), 9), round(float(lo), 9), int(n), int(k))
-        for c, r, a, lo, n, k in rows
+        (int(c), int(r), round(float(a), 9), round(float(lo), 9), int(n), int(k), weight(w))
+        for c, r, a, lo, n, k, w in rows
     }
+
+
+def weight(value) -> float | None:
+    """A client's aggregate share from W&B (None) or clients.csv ('' when it did not train)."""
+    return None if value in (None, "") else round(float(value), 9)
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +51,7 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
             assert row[key] == pytest.approx(value, rel=1e-12), key
         hist = row["clients/accuracy"]
         assert hist["_type"] == "histogram" and sum(hist["values"]) == 6
-        series = sorted(k for k in row if k.startswith("client/"))
+        series = sorted(k for k in row if k.startswith("client/") and k.endswith("accuracy"))
         assert series == [f"client/{c}/accuracy" for c in range(MAX_CLIENT_SERIES)]
 
     with open(run_dir / "clients.csv") as handle:
@@ -55,15 +60,17 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
         if int(row["client"]) < MAX_CLIENT_SERIES:
             step = wb.history[int(row["round"])]
             assert step[f"client/{row['client']}/accuracy"] == pytest.approx(float(row["accuracy"]))
+            logged = step.get(f"client/{row['client']}/weight")
+            assert weight(logged) == weight(row["weight"])  # both absent when it did not train
 
     # the per-client table (incremental: one file of new rows per round) holds clients.csv
     tables = sorted((offline[0] / "files" / "media" / "table").glob("clients_*.table.json"))
     table_rows = []
     for path in tables:
         table = json.loads(path.read_text())
-        assert table["columns"] == ["client", "round", "accuracy", "loss", "n", "classes"]
+        assert table["columns"] == ["client", "round", "accuracy", "loss", "n", "classes", "weight"]
         table_rows += table["data"]
-    columns = ("client", "round", "accuracy", "loss", "n", "classes")
+    columns = ("client", "round", "accuracy", "loss", "n", "classes", "weight")
     assert normalized(table_rows) == normalized([[r[c] for c in columns] for r in clients])
     assert len(table_rows) == len(clients)
 

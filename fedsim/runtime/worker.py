@@ -105,6 +105,7 @@ class ClientResult:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     upload_bytes: int = 0  # what the client sent (the algorithm's protocol, not our transport)
+    weights: dict[str, float] = field(default_factory=dict)  # its weight in each weighted sum
 
 
 @dataclass
@@ -262,6 +263,7 @@ class ClientWorker:
         update = self.algorithm.client_finish(plan, self._trained_params(), task.state, info)
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
+            out.weights[key] = float(weight)
         out.state, out.individual = update.state, update.individual
         out.upload_bytes = self.algorithm.upload_nbytes(update)
         return out

@@ -15,6 +15,7 @@ class ClientRow:
     loss: float
     n: int  # test samples
     classes: int  # classes present in the client's training data
+    weight: float | None = None  # its share of this round's aggregate (None: did not train)
 
 
 @dataclass

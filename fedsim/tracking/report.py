@@ -76,7 +76,7 @@ def load_run(run_dir: str | Path) -> RunData:
         with open(clients_path, newline="") as handle:
             for row in csv.DictReader(handle):
                 for key, value in row.items():
-                    columns.setdefault(key, []).append(float(value))
+                    columns.setdefault(key, []).append(float(value) if value else np.nan)
     clients = {k: np.array(v) for k, v in columns.items()}
     for key in ("client", "round", "n", "classes"):
         if key in clients:

@@ -28,7 +28,7 @@ from fedsim.config import WandbConfig
 from fedsim.tracking.base import RoundRecord, Sink
 
 DEFAULT_HOST = "https://api.wandb.ai"
-CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes"]
+CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes", "weight"]
 
 
 def _warn(message: str) -> None:
@@ -194,7 +194,7 @@ class WandbSink(Sink):
                 data[key] = value
         data["num_failed"] = len(record.summary.get("failed_clients") or [])
         rows = [
-            [c.client, c.round, c.accuracy, c.loss, c.n, c.classes]
+            [c.client, c.round, c.accuracy, c.loss, c.n, c.classes, c.weight]
             for c in sorted(record.clients, key=lambda c: c.client)
         ]
         if rows:
@@ -203,6 +203,8 @@ class WandbSink(Sink):
             for c in record.clients:
                 if c.client < self.cfg.max_client_series:
                     data[f"client/{c.client}/accuracy"] = c.accuracy
+                    if c.weight is not None:
+                        data[f"client/{c.client}/weight"] = c.weight
             self._add_rows(rows, data)
         self.run.log(data, step=record.round)
         self._last_step = record.round
