@@ -12,6 +12,10 @@ class ConfigError(ValueError):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, Any, str]]:
+        """Pickled by its fields, so it crosses process and Ray boundaries intact."""
+        return (ConfigError, (self.key, self.value, self.allowed))
+
 
 class ClientFailureError(RuntimeError):
     """Too many clients of a round produced non-finite losses."""

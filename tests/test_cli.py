@@ -90,3 +90,14 @@ def test_cli_process_exit_code(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "data.name='mnist'" in lines[0]
     assert not out.exists()
+
+
+def test_config_error_survives_pickling():
+    """Raised in a worker process or Ray actor, it must arrive whole (key, value, allowed)."""
+    import pickle
+
+    from fedsim.errors import ConfigError
+
+    error = pickle.loads(pickle.dumps(ConfigError("data.partition.alpha", 0.1, "raise alpha")))
+    assert (error.key, error.value, error.allowed) == ("data.partition.alpha", 0.1, "raise alpha")
+    assert str(error) == "data.partition.alpha=0.1: raise alpha"
