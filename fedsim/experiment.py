@@ -117,7 +117,6 @@ def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
     Needs a checkpoint of every round (``checkpoint_every`` > 0 and the run finished) and the
     run's dataset; returns [] when there is none or the algorithm draws no such figure.
     """
-    from fedsim.checkpoint import latest_checkpoint, load_checkpoint
     from fedsim.config import load_config
     from fedsim.runtime.state_store import ClientStateStore
 

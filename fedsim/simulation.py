@@ -158,7 +158,8 @@ class Simulation:
         budget_gb = cfg.runtime.state_memory_gb
         store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
         history: list[dict[str, Any]] = []
-        records: list[RoundRecord] = []
+        checkpointing = run_dir is not None and cfg.checkpoint_every > 0
+        records: list[RoundRecord] = []  # kept for checkpoints only
         first_round = 0
         if resume is not None:
             state, first_round = resume.state, resume.rounds_trained
@@ -228,13 +229,12 @@ class Simulation:
                 if c.evaluation is not None
             ]
             history.append({"round": round_idx, **summary})
-            records.append(record)
             for sink in sinks:
                 sink.log_round(record)
-            every = cfg.checkpoint_every
-            if training and run_dir is not None and every > 0:
+            if checkpointing:
+                records.append(record)
                 trained = round_idx + 1
-                if trained % every == 0 or trained == cfg.rounds:
+                if training and (trained % cfg.checkpoint_every == 0 or trained == cfg.rounds):
                     states = {c: store.get(c) for c in store.clients()}
                     save_checkpoint(
                         run_dir, Checkpoint(trained, cfg.to_dict(), state, states, records)
