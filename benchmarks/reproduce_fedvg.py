@@ -6,7 +6,8 @@ Fashion-MNIST (optionally a stratified subset of it), Dir(alpha) over N clients,
 protocol (75/25 split per client, batch 10 and 1 local epoch unless `--batch-size 32 --epochs 5
 --lr 0.01` (the seed's), evaluation of the global model on
 every client's test split each round), several seeds. Each (alpha, seed, algorithm) is one
-``fedsim`` run; ``--jobs`` run side by side (one torch thread each).
+``fedsim`` run; ``--jobs`` run side by side (one torch thread each; ``--device cuda`` puts
+them on a GPU, ``--data-root`` says where the dataset lies).
 
 Algorithms (``--algorithms``, comma-separated):
   fedavg, fedvg, fedvg-avg, fedprox, fedprox-vg, scaffold, scaffold-vg, feddyn, feddyn-vg,
@@ -15,13 +16,17 @@ Algorithms (``--algorithms``, comma-separated):
 ``--same-data`` holds the validation share out of every client for the sample-weighted
 baselines too (``val_holdout=true``), as FL-bench gives every method the same split.
 
-Writes ``<out>/runs.jsonl`` (one line per run: best and final accuracy, the curve) and
-``<out>/table.md`` (mean +- std over seeds of the sample-weighted accuracy: best round, final
-round, mean of the last 10 rounds; and the gap of each ``-vg`` row to its base).
-Last line: ``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
+Writes ``<out>/runs.jsonl`` (one line per run as it finishes: best and final accuracy, the
+curve; runs go seed by seed, so a sweep cut short has whole seeds) and ``<out>/table.md``
+(mean +- std over seeds of the sample-weighted accuracy: best round, final round, mean of the
+last 10 rounds; and per-seed gaps: each ``-vg`` row to its base, FedVG and uniform to FedAvg,
+FedVG to uniform). ``--table-from runs.jsonl`` prints the table of runs already made (several
+files concatenated, too). Last line: ``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
 
     .venv/bin/python benchmarks/reproduce_fedvg.py --alphas 0.05,0.1 --seeds 0,1,2 \
-        --clients 20 --rounds 30 --samples 10000 --jobs 2 --out runs/fedvg-repro
+        --clients 20 --rounds 20 --samples 10000 --epochs 5 --batch-size 32 --lr 0.01 \
+        --same-data --algorithms fedavg,fedvg,fedprox,fedprox-vg,uniform --jobs 2 \
+        --out runs/fedvg-repro
 """
 
 from __future__ import annotations
