@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from repro_runs import cell
 
 ALGORITHMS: dict[str, list[str]] = {
     "fedavg": ["algorithm.name=fedavg"],
@@ -53,13 +54,13 @@ ALGORITHMS: dict[str, list[str]] = {
     "feddyn-vg": ["algorithm.name=feddyn", "algorithm.weighting=fedvg"],
     "fedavgm": ["algorithm.name=fedavgm"],
     "fedavgm-vg": ["algorithm.name=fedavgm", "algorithm.weighting=fedvg"],
+    "uniform": ["algorithm.name=fedvg", "algorithm.weighting=uniform"],
 }
 HOLD_OUT = ["algorithm.name=fedvg", "algorithm.val_holdout=true"]
 SAME_DATA = {  # sample/uniform-weighted baselines that hold the validation share out too
     "fedavg": [*HOLD_OUT, "algorithm.weighting=samples"],
     "uniform": [*HOLD_OUT, "algorithm.weighting=uniform"],
 }
-ALGORITHMS["uniform"] = ["algorithm.name=fedvg", "algorithm.weighting=uniform"]
 
 
 KEYS = ("best", "final", "last10")  # best round, last round, mean of the last 10 rounds
@@ -138,12 +139,6 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{100 * values[0]:.2f}"
-    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
-
-
 def gap_pairs(algorithms: list[str]) -> list[tuple[str, str]]:
     """(algorithm, its baseline) pairs to difference: each -vg against its base, FedVG and
     uniform weights against FedAvg, and FedVG against uniform (more than flattening?)."""
@@ -162,7 +157,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
         cells = []
         for a in alphas:
             mine = [r for r in rows if r["algorithm"] == algo and r["alpha"] == a]
-            cells += [mean_std([r[k] for r in mine]) for k in KEYS]
+            cells += [cell([r[k] for r in mine]) for k in KEYS]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     gaps = []
     for algo, base in gap_pairs(algorithms):
@@ -176,7 +171,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
             for key in KEYS:
                 diffs = [p[key] - q[key] for p, q in pairs]
                 wins = sum(d > 0 for d in diffs)
-                cells.append(f"{mean_std(diffs)} ({wins}/{len(diffs)} seeds up)")
+                cells.append(f"{cell(diffs)} ({wins}/{len(diffs)} seeds up)")
         gaps.append(f"| {algo} − {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines + gaps) + "\n"
 

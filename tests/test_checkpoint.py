@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import untimed
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
@@ -13,7 +14,6 @@ from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
 
-TIMING_KEYS = ("seconds", "train_seconds_max_worker")
 # SCAFFOLD: a server state (x, c) and a private state per client (c_i); half the clients a round
 BASE = [
     "algorithm.name=scaffold",
@@ -31,7 +31,7 @@ def run(out, *overrides: str, resume: bool = False):
 
 def metrics(run_dir) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
+    return untimed([json.loads(line) for line in lines])
 
 
 def test_resumed_run_equals_the_uninterrupted_one(tmp_path):

@@ -32,7 +32,7 @@ from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData, build_federated_data
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation, cached_dataset
-from fedsim.tracking.base import RoundRecord, Sink
+from fedsim.tracking.base import MemorySink
 
 CLIENTS, FLIPPED, ROUNDS = 10, (0, 1, 2, 3), 6
 MARGIN = 0.02
@@ -52,16 +52,6 @@ def flipped_data(seed: int) -> FederatedData:
     return FederatedData(flipped, data.clients, data.partition)
 
 
-class Records(Sink):
-    """Keeps every round's record (accuracy, and each client's share of the aggregate)."""
-
-    def __init__(self) -> None:
-        self.records: list[RoundRecord] = []
-
-    def log_round(self, record: RoundRecord) -> None:
-        self.records.append(record)
-
-
 def run(weighting: str) -> tuple[list[float], list[float]]:
     """Accuracy per round, and the flipped clients' share of the aggregate per training round."""
     cfg = load_config(
@@ -77,7 +67,7 @@ def run(weighting: str) -> tuple[list[float], list[float]]:
         ],
     )
     sim = Simulation(cfg, data=flipped_data(0))
-    sink = Records()
+    sink = MemorySink()
     result = sim.run(LocalExecutor(sim.worker_spec, sim.data), [sink])
     shares = [
         sum(c.weight for c in record.clients if c.client in FLIPPED)

@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from helpers import untimed
 from ray import cloudpickle as ray_cloudpickle
 
 from fedsim.algorithms.fedavg import FedAvg
@@ -39,7 +40,6 @@ from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING_KEYS = ("seconds", "train_seconds_max_worker")
 
 
 def small_config(*overrides: str):
@@ -55,10 +55,6 @@ def small_config(*overrides: str):
             *overrides,
         ],
     )
-
-
-def untimed(history: list[dict]) -> list[dict]:
-    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
 
 # ------------------------------------------------------------------ pool sizing (no Ray)

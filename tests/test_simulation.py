@@ -18,15 +18,7 @@ from fedsim.experiment import run_experiment
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.worker import ClientResult
 from fedsim.simulation import Simulation, aggregation_shares
-from fedsim.tracking.base import RoundRecord, Sink
-
-
-class Records(Sink):
-    def __init__(self) -> None:
-        self.records: list[RoundRecord] = []
-
-    def log_round(self, record: RoundRecord) -> None:
-        self.records.append(record)
+from fedsim.tracking.base import MemorySink
 
 
 def config(*overrides: str):
@@ -91,7 +83,7 @@ def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
 def test_each_trained_client_reports_its_share_of_the_aggregate():
     """FedAvg's share is n_i / sum n over the cohort (by hand); untrained clients have none."""
     sim = Simulation(config("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
-    sink = Records()
+    sink = MemorySink()
     sim.run(LocalExecutor(sim.worker_spec, sim.data), [sink])
     sizes = sim.data.train_sizes()
     for record in sink.records[:2]:

@@ -41,3 +41,13 @@ class Sink:
 
     def close(self) -> None:
         """Release resources, also after an error."""
+
+
+class MemorySink(Sink):
+    """Keeps every round's record in ``records`` (notebooks, tests: no files needed)."""
+
+    def __init__(self) -> None:
+        self.records: list[RoundRecord] = []
+
+    def log_round(self, record: RoundRecord) -> None:
+        self.records.append(record)
