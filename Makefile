@@ -6,7 +6,7 @@ FASHION := /usr/share/datasets/fashion-mnist
 export RAY_AUTH_MODE ?= disabled
 export WANDB_MODE ?= offline
 
-.PHONY: setup data demo test lint bench clean
+.PHONY: setup data demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,11 +25,15 @@ data:
 demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml
 
+# Everything (CI). test-fast: the edit loop, without the tests marked slow (real training).
 test: setup
 	$(PY) -m pytest -q
 
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
 lint: setup
-	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks
+	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples
 
 bench: setup
 	$(PY) benchmarks/overhead.py

@@ -7,7 +7,8 @@ validation set, on the worker that trained it, right after training. Per client 
 0.1 N / epochs: the algorithm's own cost, not the simulator's. This measures it.
 
 Setting: FedAvgCNN on Fashion-MNIST, 100 clients, Dirichlet(0.1), join ratio 0.1 (the
-seed's setting), batch 10, lr 0.005 (PFLlib), local executor in one process. For each
+seed's setting), batch 10, lr 0.005 (PFLlib), local executor in this process (``--threads``
+torch threads), each run through ``run_experiment`` into a temporary folder. For each
 variant it runs ``--rounds`` training rounds of FedVG and, as the reference measured in the
 same run, the same rounds with ``weighting=samples`` (plain FedAvg). Timed: the wall
 seconds of rounds 1.. (round 0 also evaluates every client; no other round evaluates) and
@@ -26,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 
 import torch
 
-import fedsim.algorithms.weighting as weighting
+import fedsim.algorithms.fedvg as weighting
 from fedsim.config import load_config
-from fedsim.runtime.executor import LocalExecutor
-from fedsim.simulation import Simulation, build_data
+from fedsim.experiment import run_experiment
 
 VARIANTS = {
     "full": [],
@@ -61,7 +62,7 @@ class ScoringClock:
             self.calls += 1
 
 
-def run(args: argparse.Namespace, overrides: list[str], data) -> tuple[list[float], float, int]:
+def run(args: argparse.Namespace, overrides: list[str]) -> tuple[list[float], float, int]:
     """Seconds of rounds 1.. (training only), scoring seconds in them, models scored."""
     cfg = load_config(
         None,
@@ -76,15 +77,17 @@ def run(args: argparse.Namespace, overrides: list[str], data) -> tuple[list[floa
             "eval_every=1000",
             "client.lr=0.005",
             "client.batch_size=10",
+            "runtime.executor=local",  # in this process: the clock sees every scoring call
+            "runtime.device=cpu",
+            f"runtime.cpus_per_worker={args.threads}",
             *overrides,
         ],
     )
     clock = ScoringClock()
     weighting.validation_gradient = clock
     try:
-        sim = Simulation(cfg, data=data)
-        with LocalExecutor(sim.worker_spec, sim.data) as executor:
-            result = sim.run(executor)
+        with tempfile.TemporaryDirectory() as run_dir:
+            result = run_experiment(cfg, run_dir, progress=False, report=False)
     finally:
         weighting.validation_gradient = clock.original
     timed = range(1, args.rounds)  # round 0 also evaluates every client: left out
@@ -101,17 +104,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only full and capped_500")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    probe_cfg = load_config(
-        None,
-        [
-            "data.name=fashion-mnist",
-            "data.download=false",
-            f"data.num_clients={args.clients}",
-            "data.partition.name=dirichlet",
-            "data.partition.alpha=0.1",
-        ],
-    )
-    data = build_data(probe_cfg)
     print(
         f"fashion-mnist, {args.clients} clients Dir(0.1), join ratio {args.join_ratio}, "
         f"{args.rounds} training rounds, {args.threads} torch thread(s)"
@@ -120,9 +112,9 @@ def main() -> None:
     names = ["full", "capped_500"] if args.quick else list(VARIANTS)
     for name in names:
         extra = VARIANTS[name]
-        vg_rounds, scoring, scored = run(args, ["algorithm.name=fedvg", *extra], data)
+        vg_rounds, scoring, scored = run(args, ["algorithm.name=fedvg", *extra])
         ref_rounds, _, _ = run(
-            args, ["algorithm.name=fedvg", "algorithm.weighting=samples", *extra], data
+            args, ["algorithm.name=fedvg", "algorithm.weighting=samples", *extra]
         )
         vg, ref = statistics.mean(vg_rounds), statistics.mean(ref_rounds)
         share = scoring / sum(vg_rounds)

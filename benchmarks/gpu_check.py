@@ -2,9 +2,10 @@
 
 For each registered algorithm: its Fashion-MNIST config from ``configs/`` (FedAvg-family
 members without one borrow the FedVG config with their name), shrunk to a stratified
-``--samples`` subset, ``--clients`` clients and ``--rounds`` rounds, run by the local executor
-once with ``runtime.device=cpu`` and once with ``cuda``. The two should agree to within
-float noise (GPU kernels round differently, so not bit for bit); per-round times are printed.
+``--samples`` subset (``data.max_samples``), ``--clients`` clients and ``--rounds`` rounds,
+run by the local executor once with ``runtime.device=cpu`` and once with ``cuda``. The two
+should agree to within float noise (GPU kernels round differently, so not bit for bit);
+per-round times are printed.
 Then ``runtime.device=cuda:<count>`` must fail with a one-line ConfigError. With ``--ray``:
 FedAvg and FedVG on a Ray pool of ``--workers-per-gpu`` workers sharing each GPU (fractional
 GPUs): every worker must report CUDA and its memory cap (1 / workers_per_gpu), and the run
@@ -27,7 +28,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CONFIG_OF = {
     "cwfedavg": "configs/cwfedavg/fmnist-dir-cw-output-wdr.yaml",
@@ -45,12 +45,14 @@ CONFIG_OF = {
 def run(
     algorithm: str, device: str, args: argparse.Namespace, executor: str = "local"
 ) -> tuple[float, float]:
-    """(sample-weighted accuracy of the last round, seconds per round) of one small run."""
-    from reproduce_fedvg import subset
+    """(sample-weighted accuracy of the last round, seconds per round) of one small run.
 
+    Built by hand (not ``run_experiment``) on purpose: it checks every Ray worker's device
+    and CUDA memory cap on the executor before the run.
+    """
     from fedsim.config import load_config
     from fedsim.runtime.factory import make_executor
-    from fedsim.simulation import Simulation, build_data, cached_dataset
+    from fedsim.simulation import Simulation
 
     path = CONFIG_OF.get(algorithm, CONFIG_OF["fedvg"])
     overrides = [
@@ -58,6 +60,7 @@ def run(
         f"data.num_clients={args.clients}",
         f"data.root={args.data_root}",
         "data.download=false",
+        f"data.max_samples={args.samples}",
         f"runtime.executor={executor}",
         f"runtime.device={device}",
         f"runtime.workers_per_gpu={args.workers_per_gpu}",
@@ -65,9 +68,7 @@ def run(
     if algorithm not in CONFIG_OF:
         overrides += [f"algorithm.name={algorithm}", "algorithm.weighting=fedvg"]
     cfg = load_config(ROOT / path, overrides)
-    d = cfg.data
-    data = build_data(cfg, subset(cached_dataset(d.name, d.root, d.download), args.samples))
-    sim = Simulation(cfg, data=data)
+    sim = Simulation(cfg)
     began = time.perf_counter()
     with make_executor(cfg.runtime, sim.worker_spec, sim.data) as pool:
         for info in getattr(pool, "worker_info", []):

@@ -60,7 +60,7 @@ def experiment(args: argparse.Namespace, executor: str, cpus_per_worker: int) ->
             "client.lr=0.005",
             "algorithm.name=fedavg",
             f"runtime.executor={executor}",
-            f"runtime.workers={args.workers}",
+            f"runtime.workers={args.workers if executor == 'ray' else 'null'}",
             f"runtime.cpus_per_worker={cpus_per_worker}",
         ],
     )

@@ -1,4 +1,5 @@
-"""Shared by the reproduce_* runners: one ``fedsim run`` per (config, seed), and the table.
+"""Shared by the reproduce_* runners: one ``fedsim run`` per (config, seed), and the table
+(percent, mean ± sample std over seeds: ``fedsim.search.stats``).
 
 Run folders are ``<out>/<config stem>-r<rounds>-s<seed>``; one that has a ``summary.json`` is
 finished and skipped, so a runner can be stopped and started again.
@@ -14,7 +15,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
+from fedsim.search.stats import mean_std_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10")
@@ -48,12 +49,6 @@ def collect(out: Path, dataset: str, rounds: int) -> dict[tuple[str, str], list[
     return found
 
 
-def cell(values: list[float]) -> str:
-    """Percent mean +- std over seeds (the value alone for one seed)."""
-    v = 100 * np.asarray(values)
-    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std(ddof=1):.2f}"
-
-
 def table(
     found: dict[tuple[str, str], list[dict]],
     which: str,
@@ -71,6 +66,6 @@ def table(
             if not runs:
                 continue
             rounds = ",".join(str(r) for r in sorted({int(r[which]["round"]) for r in runs}))
-            cells = " | ".join(cell([r[which][m] for r in runs]) for m in METRICS)
+            cells = " | ".join(mean_std_cell([r[which][m] for r in runs]) for m in METRICS)
             lines.append(f"| {partition_name} | {row_name} | {len(runs)} | {rounds} | {cells} |")
     return "\n".join(lines)

@@ -2,12 +2,14 @@
 
 The seed (003) reports FedVG above FedAvg, FedProx, SCAFFOLD and FedDyn on CIFAR-10 with
 ResNet-18, 100 clients, 200 rounds. This runs the same comparison small: FedAvgCNN on
-Fashion-MNIST (optionally a stratified subset of it), Dir(alpha) over N clients, the PFLlib
+Fashion-MNIST (optionally a stratified subset of it: ``--samples`` = ``data.max_samples``,
+the same subset for every run), Dir(alpha) over N clients, the PFLlib
 protocol (75/25 split per client, batch 10 and 1 local epoch unless `--batch-size 32 --epochs 5
 --lr 0.01` (the seed's), evaluation of the global model on
 every client's test split each round), several seeds. Each (alpha, seed, algorithm) is one
-``fedsim`` run; ``--jobs`` run side by side (one torch thread each; ``--device cuda`` puts
-them on a GPU, ``--data-root`` says where the dataset lies).
+``run_experiment`` (run folder ``<out>/runs/<name>/``); ``--jobs`` run side by side (one
+torch thread each; ``--device cuda`` puts them on a GPU, ``--data-root`` says where the
+dataset lies).
 
 Algorithms (``--algorithms``, comma-separated):
   fedavg, fedvg, fedvg-avg, fedprox, fedprox-vg, scaffold, scaffold-vg, feddyn, feddyn-vg,
@@ -18,7 +20,7 @@ baselines too (``val_holdout=true``), as FL-bench gives every method the same sp
 
 Writes ``<out>/runs.jsonl`` (one line per run as it finishes: best and final accuracy, the
 curve; runs go seed by seed, so a sweep cut short has whole seeds) and ``<out>/table.md``
-(mean +- std over seeds of the sample-weighted accuracy: best round, final round, mean of the
+(mean ± sample std over seeds of the sample-weighted accuracy: best round, final round, mean of the
 last 10 rounds; and per-seed gaps: each ``-vg`` row to its base, FedVG and uniform to FedAvg,
 FedVG to uniform). ``--table-from runs.jsonl`` prints the table of runs already made (several
 files concatenated, too). Last line: ``RESULT fedvg_minus_fedavg=<mean best gap, per alpha>``.
@@ -40,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from repro_runs import cell
+
+from fedsim.search.stats import mean_std_cell
 
 ALGORITHMS: dict[str, list[str]] = {
     "fedavg": ["algorithm.name=fedavg"],
@@ -75,36 +78,21 @@ def overrides_for(algorithm: str, same_data: bool) -> list[str]:
     return extra
 
 
-def subset(dataset: Any, samples: int | None, seed: int = 0) -> Any:
-    """A stratified random subset of ``samples`` images (the same for every run)."""
-    from fedsim.data.datasets import ImageDataset
-
-    if samples is None or samples >= len(dataset):
-        return dataset
-    rng = np.random.default_rng([seed, 5])
-    keep = []
-    for c in range(dataset.num_classes):
-        members = np.flatnonzero(dataset.labels == c)
-        share = round(samples * len(members) / len(dataset))
-        keep.append(rng.choice(members, size=share, replace=False))
-    idx = np.sort(np.concatenate(keep))
-    return ImageDataset(dataset.name, dataset.images[idx], dataset.labels[idx], dataset.num_classes)
-
-
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One fedsim run in this (worker) process."""
     import torch
 
     from fedsim.config import load_config
-    from fedsim.runtime.factory import make_executor
-    from fedsim.simulation import Simulation, build_data, cached_dataset
+    from fedsim.experiment import run_experiment
 
     torch.set_num_threads(1)
+    name = f"fedvg-{job['algorithm']}-a{job['alpha']}-s{job['seed']}"
     cfg = load_config(
         None,
         [
-            f"name=fedvg-{job['algorithm']}-a{job['alpha']}-s{job['seed']}",
+            f"name={name}",
             f"data.name={job['dataset']}",
+            f"data.max_samples={'null' if job['samples'] is None else job['samples']}",
             f"data.root={job['data_root']}",
             "data.download=false",
             "runtime.executor=local",
@@ -122,12 +110,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             *job["overrides"],
         ],
     )
-    d = cfg.data
-    data = build_data(cfg, subset(cached_dataset(d.name, d.root, d.download), job["samples"]))
     began = time.perf_counter()
-    sim = Simulation(cfg, data=data)
-    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:
-        result = sim.run(executor)
+    result = run_experiment(cfg, Path(job["out"]) / "runs" / name, progress=False, report=False)
     return {
         **{k: job[k] for k in ("algorithm", "alpha", "seed", "device", "model")},
         "best": result.summary["best"]["acc_weighted"],
@@ -157,7 +141,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
         cells = []
         for a in alphas:
             mine = [r for r in rows if r["algorithm"] == algo and r["alpha"] == a]
-            cells += [cell([r[k] for r in mine]) for k in KEYS]
+            cells += [mean_std_cell([r[k] for r in mine]) for k in KEYS]
         lines.append(f"| {algo} | " + " | ".join(cells) + " |")
     gaps = []
     for algo, base in gap_pairs(algorithms):
@@ -171,7 +155,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
             for key in KEYS:
                 diffs = [p[key] - q[key] for p, q in pairs]
                 wins = sum(d > 0 for d in diffs)
-                cells.append(f"{cell(diffs)} ({wins}/{len(diffs)} seeds up)")
+                cells.append(f"{mean_std_cell(diffs)} ({wins}/{len(diffs)} seeds up)")
         gaps.append(f"| {algo} − {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines + gaps) + "\n"
 
@@ -179,7 +163,7 @@ def table(rows: list[dict[str, Any]], algorithms: list[str], alphas: list[float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="fashion-mnist")
-    parser.add_argument("--samples", type=int, default=None, help="stratified subset size")
+    parser.add_argument("--samples", type=int, default=None, help="data.max_samples")
     parser.add_argument("--alphas", default="0.05,0.1")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--algorithms", default="fedavg,fedvg,fedprox,fedprox-vg")
@@ -225,6 +209,7 @@ def main() -> None:
             "model": args.model,
             "device": args.device,
             "data_root": args.data_root,
+            "out": args.out,
             "alpha": a,
             "seed": int(s),
             "algorithm": algo,

@@ -82,6 +82,8 @@ class MemorySampler(threading.Thread):
 
 
 def run_size(clients: int, args: argparse.Namespace) -> tuple[float, float]:
+    """One size. Built by hand (not ``run_experiment``) on purpose: the memory sampler needs
+    the pool's worker pids while it runs, and the store's counts after."""
     cfg = load_config(
         None,
         [

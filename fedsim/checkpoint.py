@@ -2,10 +2,14 @@
 
 A checkpoint holds what the next round needs and what the run has shown so far: the server
 state, every client's private state, the number of rounds trained, and every round's record
-(summary and per-client rows). A resumed run hands those records to its sinks again, so
-``metrics.jsonl``, ``clients.csv`` and a W&B run show the whole run, then goes on from the
-next round; cohorts and client seeds depend only on (seed, round, client), so the result is
-the run that was never interrupted. Only the newest checkpoint is kept
+(summary and per-client rows); and the algorithm object, so ``fedsim report`` can redraw the
+algorithm's figures from a final checkpoint alone. States are held by contents: a client
+state store inside the server state (FedFomo's) pickles its states, not its spill files.
+
+A resumed run hands those records to its sinks again, so ``metrics.jsonl``, ``clients.csv``
+and a W&B run show the whole run, then goes on from the next round; cohorts and client seeds
+depend only on (seed, round, client), so the result is the run that was never interrupted.
+Only the newest checkpoint is kept
 (``<run_dir>/checkpoints/round_<rounds trained>.pt``); it is written under a temporary name
 and renamed, so a crash never leaves a half-written one.
 """
@@ -35,6 +39,7 @@ class Checkpoint:
     state: dict[str, Any]  # the server state
     client_states: dict[int, Any]
     records: list[RoundRecord]  # rounds 0 .. rounds_trained - 1
+    algorithm: Any = None  # the run's Algorithm (None in checkpoints written before it was kept)
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -52,6 +57,7 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
         "config": checkpoint.config,
         "state": checkpoint.state,
         "client_states": checkpoint.client_states,
+        "algorithm": checkpoint.algorithm,
         "records": [
             {
                 "round": r.round,
@@ -90,6 +96,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         payload["state"],
         payload["client_states"],
         records,
+        payload.get("algorithm"),
     )
 
 

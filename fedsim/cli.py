@@ -1,16 +1,25 @@
-"""``fedsim run CONFIG [key=value ...] [--out DIR]``, ``fedsim report RUN_DIR ...``,
-``fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]``."""
+"""fedsim: federated-learning experiments from one YAML config.
+
+  fedsim run CONFIG [key=value ...] [--out DIR] [--resume | --overwrite] [--check]
+  fedsim keys [SECTION]          every config key: type, default, allowed values, meaning
+  fedsim report RUN_DIR ...      redraw a run folder's plots
+  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]
+
+Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys' lists them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import typing
 
 from rich.console import Console
 from rich.table import Table
 
 from fedsim.config import load_config
 from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.search.options import add_arguments as add_tune_arguments
 
 
 def summary_table(summary: dict, title: str) -> Table:
@@ -32,15 +41,47 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedsim.experiment import run_experiment
+    from fedsim.experiment import RunInterrupted, check_experiment, run_experiment
 
     cfg = load_config(args.config, args.overrides)
-    result = run_experiment(cfg, args.out, progress=not args.no_progress, resume=args.resume)
+    if args.resume and args.overwrite:
+        raise ConfigError("--overwrite", True, "cannot be combined with --resume")
+    if args.check:
+        print(check_experiment(cfg))
+        return 0
+    try:
+        result = run_experiment(
+            cfg,
+            args.out,
+            progress=not args.no_progress,
+            resume=args.resume,
+            overwrite=args.overwrite,
+        )
+    except RunInterrupted as stop:
+        print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)
+        return 130
     console = Console()
     console.print(
         summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
     )
     console.print(f"results in {result.run_dir}/")
+    return 0
+
+
+def resume_command(args: argparse.Namespace, stop: object) -> str:
+    """The exact command that continues an interrupted run."""
+    import shlex
+
+    out = getattr(stop, "run_dir", None) or args.out
+    parts = ["fedsim", "run", args.config, *args.overrides, "--out", str(out), "--resume"]
+    return " ".join(shlex.quote(str(p)) for p in parts)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from fedsim.keys import render_markdown, render_text, select
+
+    keys = select(args.section)
+    print(render_markdown(keys) if args.markdown else render_text(keys))
     return 0
 
 
@@ -56,17 +97,46 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ray_jobs.tune import run_from_args
+    from fedsim.search.sweep import run_from_args
 
     return run_from_args(args)
 
 
+def search_doc() -> str:
+    import fedsim.search
+
+    return plain(fedsim.search.__doc__.split("\n\n- ")[0])
+
+
+def plain(text: str) -> str:
+    """Help text without reStructuredText markup (a terminal shows backticks literally)."""
+    return text.replace("``", "").replace("`", "")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr (exit 2), like config errors."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"fedsim: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedsim", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an experiment from a YAML config")
+    parser = OneLineParser(
+        prog="fedsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    run = sub.add_parser(
+        "run",
+        help="run an experiment from a YAML config",
+        description="Run an experiment. Every config key, its default and allowed values: "
+        "'fedsim keys' (or 'fedsim keys data', 'fedsim keys fedper'); also in the README.",
+    )
     run.add_argument("config", help="YAML experiment config")
-    run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rounds=50 client.lr=0.01")
+    run.add_argument(
+        "overrides",
+        nargs="*",
+        help="dotted overrides, e.g. rounds=50 client.lr=0.01 (see fedsim keys)",
+    )
     run.add_argument("--out", default=None, help="run folder (default runs/<name>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
@@ -74,14 +144,37 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run in --out from its newest checkpoint (rounds may grow)",
     )
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out (the folder is cleared first)",
+    )
+    run.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config and build the federation, model and algorithm; run nothing",
+    )
     run.set_defaults(func=cmd_run)
+    keys = sub.add_parser(
+        "keys",
+        help="list config keys: type, default, allowed values, meaning",
+        description="Every config key, generated from fedsim's config classes. SECTION: a "
+        "dotted prefix (data, data.partition, client, runtime, tracking...) or an algorithm "
+        "name (fedper, fedvg...) for its algorithm.<key> settings.",
+    )
+    keys.add_argument("section", nargs="?", default=None, help="e.g. runtime, fedper")
+    keys.add_argument("--markdown", action="store_true", help="a Markdown table")
+    keys.set_defaults(func=cmd_keys, overrides=[])
     report = sub.add_parser("report", help="draw a run folder's plots into RUN_DIR/plots/")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="e.g. runs/quickstart")
     report.set_defaults(func=cmd_report, overrides=[])
-    tune = sub.add_parser("tune", help="Ray Tune search: one full simulation per trial")
-    from ray_jobs.tune import add_arguments
-
-    add_arguments(tune)
+    tune = sub.add_parser(
+        "tune",
+        help="Ray Tune search: one full simulation per trial",
+        description=search_doc(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_tune_arguments(tune)
     tune.set_defaults(func=cmd_tune)
     return parser
 

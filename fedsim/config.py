@@ -8,8 +8,11 @@ against that algorithm's ``Params`` dataclass.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ class DataConfig:
     num_clients: int = 20
     train_ratio: float = 0.75
     download: bool = True
+    max_samples: int | None = None  # a stratified subset before partitioning; null: all
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
@@ -55,7 +59,9 @@ class ClientConfig:
 class RuntimeConfig:
     executor: str = "ray"  # ray (a pool of worker actors) | local (in this process)
     device: str = "auto"  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
-    workers: int | None = None  # None: fill the machine (per CPU core, or workers_per_gpu per GPU)
+    # Ray pool size; None: fill the machine (one per CPU, or workers_per_gpu per GPU). Only
+    # with executor=ray: the local executor runs one worker in this process (set: an error).
+    workers: int | None = None
     cpus_per_worker: float = 1.0
     gpus_per_worker: float | None = None  # None: 1/workers_per_gpu on a GPU cluster, else 0
     workers_per_gpu: int = 1  # how many workers share one GPU when gpus_per_worker is None
@@ -113,14 +119,38 @@ class ExperimentConfig:
         return out
 
 
-def _model_names() -> tuple[str, ...]:
-    from lightning_modules.registry import MODEL_NAMES
+def _model_resolves(name: str) -> bool:
+    """Import ``model.name`` now (built-in or module:Class); ConfigError if it cannot be."""
+    from lightning_modules.registry import model_class
 
-    return MODEL_NAMES
+    return model_class(name) is not None
+
+
+def _dataset_resolves(name: str) -> bool:
+    """Check ``data.name`` now (built-in or module:function); ConfigError if it cannot be."""
+    from fedsim.data.datasets import dataset_loader
+
+    dataset_loader(name)
+    return True
 
 
 # --- value checks: key -> (predicate, what is allowed) ---
+def is_run_name(value: str) -> bool:
+    """A run name is one folder under runs/: no separators, no leading dot, printable."""
+    return (
+        bool(value)
+        and value.isprintable()
+        and not value.startswith(".")
+        and not any(sep in value for sep in ("/", "\\", "\0"))
+        and len(value.encode("utf-8", "surrogateescape")) <= 200
+    )
+
+
 _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    "name": (
+        is_run_name,
+        "must be a folder name: no '/' or '\\', not starting with '.', at most 200 bytes",
+    ),
     "rounds": (lambda v: v >= 1, "must be >= 1"),
     "join_ratio": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "eval_every": (lambda v: v >= 1, "must be >= 1"),
@@ -128,6 +158,7 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "max_failed_fraction": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
     "data.num_clients": (lambda v: v >= 1, "must be >= 1"),
     "data.train_ratio": (lambda v: 0 < v < 1, "must be in (0, 1)"),
+    "data.max_samples": (lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"),
     "data.partition.name": (
         lambda v: v in ("iid", "dirichlet", "pathological"),
         "allowed: iid, dirichlet, pathological",
@@ -140,7 +171,8 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "client.momentum": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "client.weight_decay": (lambda v: v >= 0, "must be >= 0"),
     "client.eval_batch_size": (lambda v: v >= 1, "must be >= 1"),
-    "model.name": (lambda v: v in _model_names(), "allowed: fedavg_cnn, resnet18"),
+    "model.name": (_model_resolves, "a built-in name or module:Class"),
+    "data.name": (_dataset_resolves, "a built-in name or module:function"),
     "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
     "runtime.device": (
         lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
@@ -170,12 +202,31 @@ _CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
 }
 
 
+def checked(default: Any, predicate: typing.Callable[[Any], bool], allowed: str) -> Any:
+    """A dataclass field whose range is declared next to it: ``build_dataclass`` raises a
+    ConfigError saying ``allowed`` unless ``predicate(value)``; a subclass that redeclares
+    the field (a new default) keeps the check."""
+    return field(default=default, metadata={"check": (predicate, allowed)})
+
+
+def field_check(cls: type, name: str) -> tuple[typing.Callable[[Any], bool], str] | None:
+    """The ``checked`` rule of field ``name``: its own, or the nearest base class's."""
+    for klass in cls.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and "check" in declared.metadata:
+            return declared.metadata["check"]
+    return None
+
+
 def _type_name(tp: Any) -> str:
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     if args:
         return " or ".join(names.get(a, str(a)) for a in args) + " or null"
     return names.get(tp, str(tp))
+
+
+_EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _coerce(key: str, value: Any, tp: Any) -> Any:
@@ -186,6 +237,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return None
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _coerce(key, value, inner[0])
+    if tp is float and isinstance(value, str) and _EXPONENT_NUMBER.match(value):
+        value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; YAML 1.2 as a number
     ok = {
         bool: isinstance(value, bool),
         int: isinstance(value, int) and not isinstance(value, bool),
@@ -196,6 +249,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return value
     if not ok:
         raise ConfigError(key, value, f"must be {_type_name(tp)}")
+    if tp is float and not math.isfinite(value):
+        raise ConfigError(key, value, "must be a finite number")
     return float(value) if tp is float else value
 
 
@@ -222,7 +277,43 @@ def build_dataclass(
             kwargs[name] = _coerce(key, value, tp)
             if key in _CHECKS and not _CHECKS[key][0](kwargs[name]):
                 raise ConfigError(key, value, _CHECKS[key][1])
+            rule = field_check(cls, name)
+            if rule is not None and not rule[0](kwargs[name]):
+                raise ConfigError(key, kwargs[name], rule[1])
     return cls(**kwargs)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys (plain YAML lets the last one win)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, Hashable) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key) if isinstance(key, Hashable) else None
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping
+)
+
+
+def parse_yaml(text: str, key: str) -> Any:
+    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or err.__class__.__name__
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        detail = " ".join(f"{problem}{where}".split())
+        raise ConfigError(key, text, f"not valid YAML ({detail})") from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -230,7 +321,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError("override", text, "expected key=value, e.g. rounds=50")
     key, _, value = text.partition("=")
-    return key.strip(), yaml.safe_load(value) if value.strip() else None
+    key = key.strip()
+    if not key or any(not part.isidentifier() for part in key.split(".")):
+        raise ConfigError("override", text, "expected dotted.key=value, e.g. client.lr=0.01")
+    return key, parse_yaml(value, key) if value.strip() else None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -253,12 +347,19 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     from fedsim.algorithms.registry import get_algorithm_class
 
     raw = dict(raw or {})
-    raw.pop("tune", None)  # a search's options, read by `fedsim tune` (ray_jobs/tune.py)
+    raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
     algo_raw = dict(raw.pop("algorithm", None) or {})
     name = algo_raw.pop("name", AlgorithmConfig.name)
     if not isinstance(name, str):
         raise ConfigError("algorithm.name", name, "must be a string")
     cfg = build_dataclass(ExperimentConfig, raw)
+    if cfg.runtime.executor == "local" and cfg.runtime.workers is not None:
+        raise ConfigError(
+            "runtime.workers",
+            cfg.runtime.workers,
+            "only with runtime.executor=ray (the local executor runs one worker, in this "
+            "process): leave it null",
+        )
     algo_cls = get_algorithm_class(name)
     params = build_dataclass(algo_cls.Params, algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
@@ -271,11 +372,17 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("config", str(path), "file not found")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise ConfigError(
-            "config", str(path), f"not valid YAML ({err.__class__.__name__})"
+            "config", str(path), f"not UTF-8 text (byte {err.start}): save it as UTF-8"
         ) from None
+    except OSError as err:
+        raise ConfigError("config", str(path), f"cannot be read ({err.strerror})") from None
+    try:
+        raw = parse_yaml(text, "config") or {}
+    except ConfigError as err:
+        raise ConfigError("config", str(path), err.allowed) from None
     if not isinstance(raw, dict):
         raise ConfigError("config", str(path), "must be a YAML mapping")
     return raw

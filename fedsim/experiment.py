@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
+from fedsim.algorithms.base import Algorithm, ClientStates, ServerState
 from fedsim.checkpoint import (
     Checkpoint,
     check_resumable,
@@ -15,11 +17,12 @@ from fedsim.checkpoint import (
 )
 from fedsim.config import ExperimentConfig
 from fedsim.errors import ConfigError
-from fedsim.runtime.factory import make_executor
+from fedsim.interrupts import Interruption
+from fedsim.runtime.factory import check_runtime, make_executor
 from fedsim.simulation import RunResult, Simulation
 from fedsim.tracking.base import Sink
 from fedsim.tracking.files import FileSink
-from fedsim.tracking.plots import write_run_plots
+from fedsim.tracking.plots import figure_context, write_figures
 from fedsim.tracking.progress import ProgressSink
 
 
@@ -59,6 +62,68 @@ def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
     return checkpoint
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C stopped a run; ``checkpoint`` is where it can resume from (None: nowhere)."""
+
+    def __init__(self, run_dir: Path, rounds_done: int, checkpoint: Path | None) -> None:
+        super().__init__(f"interrupted after {rounds_done} rounds")
+        self.run_dir, self.rounds_done, self.checkpoint = run_dir, rounds_done, checkpoint
+
+    def describe(self, resume_command: str) -> str:
+        """One line: where the run stopped and how to continue it."""
+        done = f"interrupted in {self.run_dir} after {self.rounds_done} completed rounds"
+        if self.checkpoint is None:
+            return f"{done}; no checkpoint (checkpoint_every=0), so it cannot be resumed"
+        return f"{done}; resume with: {resume_command}"
+
+
+def check_out_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """ConfigError unless ``run_dir`` can hold this run (raised before anything is written).
+
+    A file in its place or above it, or a folder that already holds a run (unless the run is
+    resumed or ``overwrite`` clears it), is refused.
+    """
+    for parent in (run_dir, *run_dir.parents):
+        if parent.exists() and not parent.is_dir():
+            where = "is a file" if parent == run_dir else f"is inside {parent}, which is a file"
+            raise ConfigError("--out", str(run_dir), f"{where}; give a folder")
+    if resume or not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(
+            "--out",
+            str(run_dir),
+            "already holds a run: continue it with --resume, pick a new folder, or replace "
+            "it with --overwrite",
+        )
+
+
+def make_run_dir(run_dir: Path, *, overwrite: bool) -> Path | None:
+    """Create ``run_dir`` (clearing it with ``overwrite``); the topmost folder this created."""
+    if overwrite and run_dir.is_dir():
+        shutil.rmtree(run_dir)
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return missing[-1] if missing else None
+
+
+def check_experiment(cfg: ExperimentConfig) -> str:
+    """Validate ``cfg`` as a run would, without a run folder, Ray or training; a summary line.
+
+    Builds the federation (dataset, partition, splits), the model and the algorithm, and
+    checks the runtime settings this machine can check (a CUDA device that is not there).
+    """
+    simulation = Simulation(cfg)
+    check_runtime(cfg.runtime)
+    data = simulation.data
+    return (
+        f"config OK: {cfg.algorithm.name} on {cfg.data.name}, {data.num_clients} clients "
+        f"({int(data.train_sizes().sum())} train / {int(data.test_sizes().sum())} test samples), "
+        f"{cfg.model.name} with {simulation.initial_params.numel():,} parameters, "
+        f"{cfg.rounds} rounds, executor {cfg.runtime.executor}"
+    )
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path | None = None,
@@ -67,22 +132,26 @@ def run_experiment(
     extra_sinks: list[Sink] | None = None,
     report: bool = True,
     resume: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     """Everything that can fail on bad input fails before the run folder exists.
 
     ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
     the sinks close, so the W&B sink can upload them). ``resume``: continue the run in
-    ``out_dir`` (default ``runs/<name>``) from its newest checkpoint.
+    ``out_dir`` (default ``runs/<name>``) from its newest checkpoint. ``overwrite``: replace
+    the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
+    ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
     """
     simulation = Simulation(cfg)
+    check_runtime(cfg.runtime)
     if resume:
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
+        check_out_dir(run_dir, resume=True, overwrite=False)
         checkpoint = resumable_checkpoint(cfg, run_dir)
     else:
         run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
+        check_out_dir(run_dir, resume=False, overwrite=overwrite)
         checkpoint = None
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
     sinks: list[Sink] = [FileSink(), *(extra_sinks or [])]
     if cfg.tracking.wandb.enabled:
         from fedsim.tracking.wandb_sink import WandbSink
@@ -90,19 +159,28 @@ def run_experiment(
         sinks.append(WandbSink(cfg.tracking.wandb))
     if progress:
         sinks.append(ProgressSink(cfg.rounds, description=cfg.name))
+    executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data)
+    started = False
+    created: Path | None = None
     try:
-        executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data)
-    except Exception:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    try:
+        created = make_run_dir(run_dir, overwrite=overwrite)
         for sink in sinks:
             sink.start(run_dir, cfg.to_dict(), simulation.data.partition_summary())
-        result = simulation.run(executor, sinks, run_dir=run_dir, resume=checkpoint)
-        write_run_plots(run_dir, simulation, result)
+        started = True
+        try:
+            result = simulation.run(executor, sinks, run_dir=run_dir, resume=checkpoint)
+        except KeyboardInterrupt:
+            stopped = simulation.interrupted or Interruption(0, None)
+            raise RunInterrupted(run_dir, stopped.rounds_done, stopped.checkpoint) from None
+        write_algorithm_figures(
+            run_dir, simulation.algorithm, result.state, result.client_store, cfg.to_dict()
+        )
         if report:
             write_report_safely(run_dir)
+    except BaseException:
+        if not started and created is not None:  # nothing of the run was written yet
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     finally:
         for sink in sinks:
             sink.close()
@@ -111,30 +189,49 @@ def run_experiment(
     return result
 
 
-def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
-    """The end-of-run figures (cwFedAvg's row norms) again, from the run's final checkpoint.
+def write_algorithm_figures(
+    run_dir: str | Path,
+    algorithm: Algorithm,
+    state: ServerState,
+    client_states: ClientStates,
+    config: dict[str, Any],
+) -> list[Path]:
+    """The algorithm's own figures of its final ``state`` into ``run_dir/plots/``.
 
-    Needs a checkpoint of every round (``checkpoint_every`` > 0 and the run finished) and the
-    run's dataset; returns [] when there is none or the algorithm draws no such figure.
+    ``config`` is the run's (resolved) config dict: the figures show round ``rounds``. An
+    error is printed, never raised: the run's results are already saved.
     """
-    from fedsim.config import load_config
-    from fedsim.runtime.state_store import ClientStateStore
+    rounds = config["rounds"]
+    try:
+        figures = algorithm.figures(state, client_states, rounds)
+    except Exception as err:  # noqa: BLE001 - plots must not fail a finished run
+        print(f"fedsim: algorithm figures failed: {err.__class__.__name__}: {err}", file=sys.stderr)
+        return []
+    context = figure_context(config["name"], config["algorithm"]["name"], rounds)
+    return write_figures(Path(run_dir) / "plots", figures, context)
 
-    run_dir = Path(run_dir)
+
+def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
+    """The algorithm's end-of-run figures (cwFedAvg's row norms) again, from the final checkpoint.
+
+    Needs only the checkpoint (it holds the algorithm, the server state and every client's
+    state): no dataset, no simulation. Returns [] when there is no checkpoint, when it is not
+    the run's last (``checkpoint_every`` > 0 and the run finished), or when it predates
+    checkpoints that hold the algorithm.
+    """
     path = latest_checkpoint(run_dir)
     if path is None:
         return []
-    checkpoint = load_checkpoint(path)
-    cfg = load_config(run_dir / "config.yaml", [])
-    if checkpoint.rounds_trained != cfg.rounds:
-        return []
-    simulation = Simulation(cfg)
-    store = ClientStateStore()
-    for client, state in checkpoint.client_states.items():
-        store.put(client, state)
-    history = [{"round": r.round, **r.summary} for r in checkpoint.records]
-    result = RunResult(summary={}, history=history, state=checkpoint.state, client_store=store)
     try:
-        return write_run_plots(run_dir, simulation, result)
-    finally:
-        store.close()
+        checkpoint = load_checkpoint(path)
+    except ImportError as err:  # e.g. an algorithm named by import path, not importable here
+        print(
+            f"fedsim: {path}: cannot load the checkpoint ({err}); figures not redrawn",
+            file=sys.stderr,
+        )
+        return []
+    if checkpoint.algorithm is None or checkpoint.rounds_trained != checkpoint.config["rounds"]:
+        return []
+    return write_algorithm_figures(
+        run_dir, checkpoint.algorithm, checkpoint.state, checkpoint.client_states, checkpoint.config
+    )

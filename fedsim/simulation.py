@@ -18,16 +18,18 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, FederationInfo, ServerState, merge_sums
 from fedsim.algorithms.registry import get_algorithm_class
-from fedsim.checkpoint import Checkpoint, save_checkpoint
+from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.data.datasets import ImageDataset, load_dataset
-from fedsim.data.federated import FederatedData, build_federated_data
+from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
 from fedsim.errors import ClientFailureError
-from fedsim.metrics import best_and_final, summarize_clients
+from fedsim.interrupts import Interruption, deferred_interrupt
+from fedsim.metrics import best_and_final
+from fedsim.round_records import failure_warning, round_record, round_summary
 from fedsim.runtime.executor import Executor
-from fedsim.runtime.state_store import ClientStateStore
-from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult, WorkerSpec
-from fedsim.tracking.base import ClientRow, RoundRecord, Sink
+from fedsim.runtime.worker import ClientTask, WorkerSpec
+from fedsim.storage import ClientStateStore
+from fedsim.tracking.base import RoundRecord, Sink
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout, flatten_module
 from lightning_modules.registry import build_model
@@ -46,7 +48,7 @@ def build_data(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> Fe
     if dataset is None:
         dataset = cached_dataset(d.name, d.root, d.download)
     return build_federated_data(
-        dataset,
+        stratified_subset(dataset, d.max_samples),
         d.num_clients,
         d.partition.name,
         alpha=d.partition.alpha,
@@ -89,22 +91,6 @@ class RunResult:
     state: ServerState
     run_dir: Path | None = None
     client_store: ClientStateStore = field(default_factory=ClientStateStore)
-
-
-def aggregation_shares(results: list[ClientResult]) -> dict[int, float]:
-    """Each trained client's share of the round's aggregate: its weight over the summed
-    weight, averaged over the weighted sums the algorithm keeps (FedAvg: n_i / sum n;
-    FedVG: its validation-gradient weight; ``avg`` mode: the mean of the two)."""
-    totals: dict[str, float] = {}
-    for c in results:
-        for key, weight in c.weights.items():
-            totals[key] = totals.get(key, 0.0) + weight
-    shares = {}
-    for c in results:
-        parts = [w / totals[k] for k, w in c.weights.items() if totals[k] > 0]
-        if parts:
-            shares[c.client] = float(np.mean(parts))
-    return shares
 
 
 class Simulation:
@@ -171,106 +157,98 @@ class Simulation:
                 for sink in sinks:
                     sink.log_round(record)
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
-        for round_idx in range(first_round, cfg.rounds + 1):
-            began = time.perf_counter()
-            training = round_idx < cfg.rounds
-            evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
-            cohort = set(self.sample_cohort(round_idx)) if training else set()
-            everyone = range(self.data.num_clients) if evaluating else sorted(cohort)
-            broadcast = self.algorithm.broadcast(state)
-            tasks = [
-                ClientTask(
-                    client=c,
-                    payload=self.algorithm.client_payload(state, c),
-                    state=store.get(c),
-                    evaluate=evaluating,
-                    train=c in cohort,
-                )
-                for c in everyone
-            ]
-            download = sum(
-                self.algorithm.download_nbytes(broadcast, t.payload, t.state)
-                for t in tasks
-                if t.train
-            )
-            worker_results = executor.run_round(round_idx, broadcast, tasks)
-            results = sorted((c for w in worker_results for c in w.clients), key=lambda c: c.client)
-            failed = [c.client for c in results if c.failed]
-            if cohort and len(failed) > cfg.max_failed_fraction * len(cohort):
-                raise ClientFailureError(
-                    f"round {round_idx}: {len(failed)} of {len(cohort)} clients had non-finite "
-                    f"losses (clients {failed[:10]}); allowed fraction max_failed_fraction="
-                    f"{cfg.max_failed_fraction}; lower client.lr?"
-                )
-            for c in results:
-                if c.state is not None:
-                    store.put(c.client, c.state)
-            if training:
-                sums = merge_sums([w.sums for w in worker_results])
-                individual = {c.client: c.individual for c in results if c.individual is not None}
-                state = self.algorithm.aggregate(state, sums, individual, round_idx)
-            summary = self._round_summary(round_idx, results, worker_results, failed, began)
-            if training:
-                summary["bytes_down"] = download
-                summary["bytes_up"] = sum(c.upload_bytes for c in results)
-            record = RoundRecord(round=round_idx, summary=summary)
-            shares = aggregation_shares(results)
-            record.clients = [
-                ClientRow(
-                    client=c.client,
-                    round=round_idx,
-                    accuracy=c.evaluation.correct / max(c.evaluation.num_samples, 1),
-                    loss=c.evaluation.loss_sum / max(c.evaluation.num_samples, 1),
-                    n=c.evaluation.num_samples,
-                    classes=int(num_classes[c.client]),
-                    weight=shares.get(c.client),
-                )
-                for c in results
-                if c.evaluation is not None
-            ]
-            history.append({"round": round_idx, **summary})
-            for sink in sinks:
-                sink.log_round(record)
-            if checkpointing:
-                records.append(record)
-                trained = round_idx + 1
-                if training and (trained % cfg.checkpoint_every == 0 or trained == cfg.rounds):
-                    states = {c: store.get(c) for c in store.clients()}
-                    save_checkpoint(
-                        run_dir, Checkpoint(trained, cfg.to_dict(), state, states, records)
+        self.interrupted: Interruption | None = None
+        done = first_round  # rounds completed: the next round to run
+        saved = first_round if resume is not None else -1  # rounds in the newest checkpoint
+
+        def checkpoint_now() -> Path:
+            states = {c: store.get(c) for c in store.clients()}
+            checkpoint = Checkpoint(done, cfg.to_dict(), state, states, records, self.algorithm)
+            return save_checkpoint(run_dir, checkpoint)
+
+        try:
+            for round_idx in range(first_round, cfg.rounds + 1):
+                began = time.perf_counter()
+                training = round_idx < cfg.rounds
+                evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
+                cohort = set(self.sample_cohort(round_idx)) if training else set()
+                everyone = range(self.data.num_clients) if evaluating else sorted(cohort)
+                broadcast = self.algorithm.broadcast(state)
+                tasks = [
+                    ClientTask(
+                        client=c,
+                        payload=self.algorithm.client_payload(state, c),
+                        state=store.get(c),
+                        evaluate=evaluating,
+                        train=c in cohort,
                     )
-        summary = best_and_final(history)
-        for sink in sinks:
-            sink.finish(summary)
+                    for c in everyone
+                ]
+                download = sum(
+                    self.algorithm.download_nbytes(broadcast, t.payload, t.state)
+                    for t in tasks
+                    if t.train
+                )
+                worker_results = executor.run_round(round_idx, broadcast, tasks)
+                with deferred_interrupt():  # commit the round whole, or not at all
+                    results = sorted(
+                        (c for w in worker_results for c in w.clients), key=lambda c: c.client
+                    )
+                    failed = [c.client for c in results if c.failed]
+                    diverged = bool(cohort) and len(failed) > cfg.max_failed_fraction * len(cohort)
+                    if not diverged:
+                        for c in results:
+                            if c.state is not None:
+                                store.put(c.client, c.state)
+                        if training:
+                            sums = merge_sums([w.sums for w in worker_results])
+                            individual = {
+                                c.client: c.individual for c in results if c.individual is not None
+                            }
+                            state = self.algorithm.aggregate(state, sums, individual, round_idx)
+                    summary = round_summary(results, worker_results, failed, began)
+                    if failed:
+                        summary["warnings"] = [failure_warning(failed, cohort, diverged)]
+                    if training:
+                        summary["bytes_down"] = download
+                        summary["bytes_up"] = sum(c.upload_bytes for c in results)
+                    record = round_record(round_idx, summary, results, num_classes)
+                    history.append({"round": round_idx, **summary})
+                    for sink in sinks:
+                        sink.log_round(record)
+                    if diverged:
+                        self._finish(sinks, history, "diverged", done)
+                        raise ClientFailureError(
+                            f"round {round_idx}: {len(failed)} of {len(cohort)} clients had "
+                            f"non-finite losses (clients {failed[:10]}); allowed fraction "
+                            f"max_failed_fraction={cfg.max_failed_fraction}; lower client.lr? "
+                            f"(summary.json: status diverged after {done} rounds)"
+                        )
+                    done = round_idx + 1
+                    if checkpointing:
+                        records.append(record)
+                        if training and (done % cfg.checkpoint_every == 0 or done == cfg.rounds):
+                            checkpoint_now()
+                            saved = done
+        except KeyboardInterrupt:
+            path = None
+            if checkpointing:
+                path = checkpoint_now() if done > saved and done <= cfg.rounds else None
+                path = path or latest_checkpoint(run_dir)
+            self.interrupted = Interruption(done, path)
+            self._finish(sinks, history, "interrupted", done)
+            raise
+        summary = self._finish(sinks, history, "completed", done)
         return RunResult(summary=summary, history=history, state=state, client_store=store)
 
     @staticmethod
-    def _round_summary(
-        round_idx: int,
-        results: list[ClientResult],
-        worker_results: list[WorkerResult],
-        failed: list[int],
-        began: float,
+    def _finish(
+        sinks: list[Sink], history: list[dict[str, Any]], status: str, done: int
     ) -> dict[str, Any]:
-        summary: dict[str, Any] = {}
-        evaluated = [c.evaluation for c in results if c.evaluation is not None]
-        if evaluated:
-            summary.update(
-                summarize_clients(
-                    np.array([e.correct for e in evaluated]),
-                    np.array([e.num_samples for e in evaluated]),
-                    np.array([e.loss_sum for e in evaluated]),
-                )
-            )
-        losses = [c.train_loss for c in results if c.train_loss is not None and not c.failed]
-        if losses:
-            summary["train_loss"] = float(np.mean(losses))
-        summary["num_trained"] = sum(c.train_loss is not None for c in results) - len(failed)
-        if failed:
-            summary["failed_clients"] = failed
-        seconds = time.perf_counter() - began
-        summary["seconds"] = seconds
-        summary["train_seconds_max_worker"] = max(
-            (w.train_seconds for w in worker_results), default=0
-        )
+        """best/final over the rounds run, with how the run ended; handed to every sink."""
+        summary: dict[str, Any] = {**best_and_final(history), "status": status}
+        if status != "completed":
+            summary["rounds_completed"] = done
+        for sink in sinks:
+            sink.finish(summary)
         return summary

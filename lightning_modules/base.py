@@ -14,14 +14,15 @@ class FLModule(pl.LightningModule):
 
     Subclasses define ``forward`` and ``block_names`` (bottom to top; the last block is the
     head, i.e. the output layer). fedsim drives ``training_step`` and
-    ``on_before_optimizer_step`` from a lean loop inside its workers; the module also trains
-    under a plain ``pl.Trainer``.
+    ``on_before_optimizer_step`` from a lean loop inside its workers and passes the
+    algorithm's client terms to both as ``terms`` (the module keeps no per-client state); the
+    module also trains under a plain ``pl.Trainer`` (no terms). A subclass that overrides
+    either hook keeps the ``terms`` keyword.
     """
 
     def __init__(self, lr: float = 0.005, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__()
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.client_terms: ClientTerms | None = None
 
     # --- blocks: the named split of parameters that FedPer, cwFedAvg... use ---
     block_names: tuple[str, ...] = ()
@@ -47,18 +48,27 @@ class FLModule(pl.LightningModule):
     def param_dict(self) -> dict[str, torch.Tensor]:
         return dict(self.named_parameters())
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int = 0):
+    def training_step(
+        self,
+        batch: tuple[torch.Tensor, torch.Tensor],
+        batch_idx: int = 0,
+        terms: ClientTerms | None = None,
+    ):
+        """Cross-entropy on the minibatch plus the client terms' extra loss, if any."""
         x, y = batch
         loss = F.cross_entropy(self(x), y)
-        if self.client_terms is not None:
-            extra = self.client_terms.loss(self.param_dict())
+        if terms is not None:
+            extra = terms.loss(self.param_dict())
             if extra is not None:
                 loss = loss + extra
         return loss
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.client_terms is not None:
-            self.client_terms.correct_gradients(self.param_dict())
+    def on_before_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, terms: ClientTerms | None = None
+    ) -> None:
+        """Let the client terms correct the gradients (SCAFFOLD) before the step."""
+        if terms is not None:
+            terms.correct_gradients(self.param_dict())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(

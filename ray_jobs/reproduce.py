@@ -1,4 +1,4 @@
-"""Run configs x seeds on a Ray cluster and tabulate mean +- std, as the papers' tables do.
+"""Run configs x seeds on a Ray cluster and tabulate mean ± std, as the papers' tables do.
 
     python -m ray_jobs.reproduce configs/cwfedavg/fmnist-pat-*.yaml --seeds 0 1 2 \\
         --out runs/repro-fmnist rounds=100
@@ -7,16 +7,17 @@
         python -m ray_jobs.reproduce configs/a.yaml configs/b.yaml --seeds 0 1 2
 
 Arguments containing ``=`` are dotted overrides applied to every config. Every (config,
-seed) is one Ray task in its own placement group (the bundles ``fedsim tune`` uses: the
-local executor in one bundle of ``runtime.cpus_per_worker`` CPUs; with
+seed) is one Ray task in its own placement group (``fedsim.search.resources``, as ``fedsim
+tune``'s trials: the local executor in one bundle of ``runtime.cpus_per_worker`` CPUs; with
 ``--trial-executor ray``, the default when ``runtime.gpus_per_worker > 0``, a Ray worker pool
-of ``runtime.workers`` bundles), so runs share a cluster without oversubscribing it.
-Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
+of ``runtime.workers`` bundles, a number that must be given), so runs share a cluster
+without oversubscribing it. Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
 
 Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run),
 ``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
-``mean ± std`` over seeds, population std as PFLlib reports it). On a multi-node cluster
-``--out`` and ``data.root`` must be paths every node shares.
+``mean ± std`` over seeds: the sample std of ``fedsim.search.stats``, as in every results
+table; with one seed the std is nan and the table shows the mean alone). On a multi-node
+cluster ``--out`` and ``data.root`` must be paths every node shares.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedsim.config import config_from_dict, load_config
 from fedsim.errors import ConfigError
+from fedsim.search.resources import check_fits, trial_bundles, trial_executor_for, trial_runtime
+from fedsim.search.space import with_values
+from fedsim.search.stats import format_mean_std, mean_std
 
 COLUMNS = (
     ("best", "acc_weighted"),
@@ -77,8 +79,6 @@ def plan_runs(
     configs: list[str], seeds: list[int], overrides: list[str], out: Path, trial_executor: str
 ) -> list[RunSpec]:
     """Validate every (config, seed) before Ray starts; name their run folders."""
-    from ray_jobs.tune import trial_executor_for
-
     specs = []
     for config in configs:
         for seed in seeds:
@@ -86,23 +86,12 @@ def plan_runs(
             executor = trial_executor_for(cfg.runtime, trial_executor)
             raw = cfg.to_dict()
             raw["data"]["root"] = str(Path(raw["data"]["root"]).resolve())
-            raw["runtime"]["executor"] = executor
-            if executor == "ray":
-                raw["runtime"]["workers"] = cfg.runtime.workers or 1
-                raw["runtime"]["address"] = None
+            raw = with_values(raw, trial_runtime(cfg.runtime, executor))
             config_from_dict(raw)
             label = f"{cfg.name} ({cfg.algorithm.name})"
             run_dir = out / "runs" / f"{Path(config).stem}-seed{seed}"
             specs.append(RunSpec(config, label, seed, raw, str(run_dir)))
     return specs
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (ddof=0) of the finite values; nan when there are none."""
-    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    if not finite:
-        return math.nan, math.nan
-    return float(np.mean(finite)), float(np.std(finite))
 
 
 def aggregate(specs: list[RunSpec], summaries: list[dict[str, Any] | None]) -> list[dict]:
@@ -124,17 +113,17 @@ def aggregate(specs: list[RunSpec], summaries: list[dict[str, Any] | None]) -> l
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Accuracy in percent as ``mean ± std``."""
+    """Accuracy in percent as ``mean ± std`` (the mean alone for one seed)."""
     heads = [f"{which} {key}" for which, key in COLUMNS]
     lines = [
         "| config | seeds | " + " | ".join(heads) + " |",
         "|---|---:|" + "---:|" * len(heads),
     ]
     for row in rows:
-        cells = []
-        for which, key in COLUMNS:
-            mean, std = row[f"{which}_{key}_mean"], row[f"{which}_{key}_std"]
-            cells.append("n/a" if math.isnan(mean) else f"{100 * mean:.2f} ± {100 * std:.2f}")
+        cells = [
+            format_mean_std(row[f"{which}_{key}_mean"], row[f"{which}_{key}_std"])
+            for which, key in COLUMNS
+        ]
         lines.append(f"| {row['label']} | {row['seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -182,7 +171,6 @@ def reproduce(
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from fedsim.runtime.ray_cluster import join_or_start_ray
-    from ray_jobs.tune import trial_bundles
 
     started = join_or_start_ray(address)
     groups, refs = [], []
@@ -191,6 +179,7 @@ def reproduce(
         for spec in specs:
             cfg = config_from_dict(spec.raw)
             bundles = trial_bundles(cfg.runtime, cfg.runtime.executor)
+            check_fits(bundles, ray.cluster_resources())
             group = placement_group(bundles, strategy="PACK")
             groups.append(group)
             strategy = PlacementGroupSchedulingStrategy(
@@ -242,8 +231,6 @@ def main(argv: list[str] | None = None) -> int:
     configs = [item for item in args.items if "=" not in item]
     overrides = [item for item in args.items if "=" in item]
     try:
-        if args.trial_executor not in ("auto", "local", "ray"):
-            raise ConfigError("--trial-executor", args.trial_executor, "allowed: auto, local, ray")
         outcome = reproduce(
             configs,
             args.seeds,

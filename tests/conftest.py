@@ -1,4 +1,6 @@
-"""Shared fixtures. Ray starts at most once per test session (~4 s or more), on 2 CPUs."""
+"""Shared fixtures. Ray starts at most once per test session (~4 s or more), on 2 CPUs:
+every test that needs Ray takes ``ray_cluster`` (in this process) or ``ray_address`` (for
+a job run in a subprocess, via ``RAY_ADDRESS``) instead of starting its own."""
 
 from __future__ import annotations
 
@@ -30,3 +32,10 @@ def ray_cluster() -> Iterator[Any]:
     finally:
         if started:
             ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster: Any) -> str:
+    """The shared cluster's address: ``RAY_ADDRESS`` for drivers run as subprocesses
+    (``ray_jobs``, ``fedsim run runtime.address=auto``), which join it like a job would."""
+    return ray_cluster.get_runtime_context().gcs_address

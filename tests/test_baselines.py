@@ -16,7 +16,8 @@ from fedsim.algorithms.base import (
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.fedavgm import FedAvgM
 from fedsim.algorithms.feddyn import DynamicRegularizer, FedDyn
-from fedsim.algorithms.fedprox import FedProx, ProximalTerm
+from fedsim.algorithms.fedprox import FedProx
+from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.scaffold import Scaffold
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
@@ -85,7 +86,7 @@ def test_fedprox_requires_mu_and_validates_it():
 def test_proximal_term_value_and_gradient():
     glob = torch.tensor([1.0, -1.0, 0.5, 2.0])
     w = torch.tensor([2.0, 1.0, 0.5, -1.0])
-    term = ProximalTerm(glob, federation().layout, mu=0.1)
+    term = Pull(glob, federation().layout, mu=0.1, form="loss")
     params = named(w)
     loss = term.loss(params)
     # (mu/2) ||w - g||^2 = 0.05 * (1 + 4 + 0 + 9)
@@ -104,7 +105,7 @@ def test_fedprox_step_is_grad_plus_mu_times_drift():
         for p in model.parameters():
             p.add_(0.3)  # the client has drifted from the global model
     layout = ParamLayout([ParamEntry("weight", (2, 3), 0, 6), ParamEntry("bias", (2,), 6, 2)])
-    term = ProximalTerm(glob, layout, mu=0.5)
+    term = Pull(glob, layout, mu=0.5, form="loss")
     x, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
     w0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     ce = torch.nn.functional.cross_entropy(model(x), y)
@@ -126,7 +127,8 @@ def test_fedprox_aggregates_like_fedavg_and_sends_the_term():
     updates = []
     for c in range(3):
         plan = algo.client_start(algo.broadcast(state), {}, None, info(c))
-        assert isinstance(plan.terms, ProximalTerm) and plan.terms.mu == 0.01
+        assert isinstance(plan.terms, Pull) and plan.terms.mu == 0.01
+        assert plan.terms.form == "loss"
         updates.append(algo.client_finish(plan, MODELS[c], None, info(c)))
     new = algo.aggregate(state, reduce(updates, [0, 1, 0]), {}, 0)["params"]
     assert torch.allclose(new, FEDAVG, atol=1e-6)

@@ -8,11 +8,13 @@ import pytest
 import torch
 from helpers import untimed
 
+from fedsim import simulation as simulation_module
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
+from fedsim.simulation import Simulation
 
 # SCAFFOLD: a server state (x, c) and a private state per client (c_i); half the clients a round
 BASE = [
@@ -71,7 +73,9 @@ def test_cli_resume_error_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "--resume=" in err
 
 
-def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(tmp_path, capsys):
+def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
     cfg = load_config(
         "configs/cwfedavg/mnist5k-pat-cw-output-wdr.yaml",
         ["rounds=2", "data.num_clients=10", "runtime.executor=local", "checkpoint_every=1"],
@@ -81,6 +85,13 @@ def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(tmp_path, 
     figure = run_dir / "plots" / "row_norms.png"
     drawn = figure.read_bytes()
     figure.unlink()
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("fedsim report must not rebuild the simulation")
+
+    # the checkpoint alone (algorithm + states): no simulation, no dataset
+    monkeypatch.setattr(Simulation, "__init__", no_simulation)
+    monkeypatch.setattr(simulation_module, "cached_dataset", no_simulation)
     assert main(["report", str(run_dir)]) == 0
     assert str(figure) in capsys.readouterr().out.splitlines()
     assert figure.read_bytes() == drawn  # the same state, the same figure

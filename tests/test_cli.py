@@ -30,6 +30,12 @@ QUICK = ["rounds=1", "data.num_clients=4"]
         (["data.num_clients=5001"], "data.num_clients=5001"),
         (["data.name=imagenet"], "data.name='imagenet'"),
         (["runtime.device=gpu"], "runtime.device='gpu': allowed: auto, cpu, cuda, cuda:N"),
+        (
+            ["runtime.executor=local", "runtime.workers=2"],
+            "runtime.workers=2: only with runtime.executor=ray",
+        ),
+        (["data.max_samples=0"], "data.max_samples=0: must be >= 1 (or null: all samples)"),
+        (["data.max_samples=1.5"], "data.max_samples=1.5: must be an integer"),
     ],
 )
 def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, capsys):

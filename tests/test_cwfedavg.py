@@ -11,18 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fedsim.algorithms.base import AlgorithmParams, ClientInfo, FederationInfo, WeightedSum
+from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum
 from fedsim.algorithms.cwfedavg import (
+    ROW_NORMS_PNG,
     CwFedAvg,
     CwFedAvgParams,
     WDRTerms,
     estimated_proportions,
+    mean_row_correlation,
     wdr_penalty,
 )
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
-from fedsim.tracking.plots import mean_row_correlation, write_row_norm_heatmap
+from fedsim.figures import Figure
+from fedsim.tracking.plots import write_figures
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout, bind_flat_parameters
 
@@ -247,7 +250,7 @@ def test_identical_class_proportions_give_fedavg(sizes, proportions, layers, see
     trained = {i: torch.randn(15, generator=gen) for i in range(len(sizes))}
     state, _ = run_round(algo, algo.init_state(initial), trained, fed)
 
-    fedavg = FedAvg(AlgorithmParams(), fed)
+    fedavg = FedAvg(FedAvg.Params(), fed)
     fed_state, _ = run_round(fedavg, fedavg.init_state(initial), trained, fed)
     for j in np.flatnonzero(p > 0):
         torch.testing.assert_close(
@@ -339,11 +342,9 @@ def test_wdr_gradient_reaches_only_the_output_weight() -> None:
             assert param.grad is None, name
     # and through the module's own training step (CE + WDR), the body still trains by CE only
     module.zero_grad(set_to_none=True)
-    module.client_terms = terms
     x, y = torch.randn(4, 1, 28, 28), torch.tensor([2, 7, 7, 2])
     with torch.no_grad():
-        with_wdr = module.training_step((x, y))
-        module.client_terms = None
+        with_wdr = module.training_step((x, y), terms=terms)
         difference = with_wdr - module.training_step((x, y))
         assert float(difference) == pytest.approx(float(terms.loss(module.param_dict())), rel=1e-5)
 
@@ -369,9 +370,9 @@ def train_with_wdr(wdr_lambda: float) -> tuple[float, float]:
     p = torch.tensor(per_class, dtype=torch.float32) / sum(per_class)
     torch.manual_seed(0)
     module = FedAvgCNN(lr=0.005)
-    module.client_terms = WDRTerms("fc.weight", p, wdr_lambda) if wdr_lambda > 0 else None
+    terms = WDRTerms("fc.weight", p, wdr_lambda) if wdr_lambda > 0 else None
     generator = torch.Generator().manual_seed(0)
-    train_client(module, data, indices, epochs=1, batch_size=10, generator=generator)
+    train_client(module, data, indices, epochs=1, batch_size=10, generator=generator, terms=terms)
     estimated = estimated_proportions(module.fc.weight.detach())
     corr = float(np.corrcoef(estimated.numpy(), p.numpy())[0, 1])
     return corr, float(torch.linalg.vector_norm(p - estimated))
@@ -391,9 +392,43 @@ def test_wdr_raises_correlation_of_row_norms_with_class_proportions() -> None:
 # ---------------------------------------------------------------- heatmap
 
 
-def test_row_norm_heatmap_is_written(tmp_path: Path) -> None:
-    p = np.array([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8]])
-    path = write_row_norm_heatmap(tmp_path / "plots" / "row_norms.png", p, p, "t")
+def test_personalized_params_is_what_client_start_plans() -> None:
+    fed = federation(COUNTS)
+    for weights in ("estimated", "true"):
+        for layers in ("output", "all"):
+            algo = CwFedAvg(CwFedAvgParams(class_weights=weights, classwise_layers=layers), fed)
+            state = algo.init_state(torch.randn(15))
+            trained = {c: torch.randn(15) for c in range(3)}
+            state, client_states = run_round(algo, state, trained, fed)
+            for client in range(3):
+                assert torch.equal(
+                    algo.personalized_params(state, client_states[client], info(fed, client)),
+                    personalized(algo, state, client, fed, client_states[client]),
+                )
+
+
+def test_row_norm_figure_from_the_final_state(tmp_path: Path) -> None:
+    """Row norms of each client's personalized head beside its class proportions."""
+    fed = federation(COUNTS)
+    algo = CwFedAvg(CwFedAvgParams(class_weights="true", classwise_layers="output"), fed)
+    state = algo.init_state(torch.zeros(15))
+    # one class model per class: class j's head has row j of norm 1, the others 0
+    state["class_models"] = torch.zeros(K, 9)
+    for j in range(K):
+        state["class_models"][j, 2 * j] = 1.0
+    (figure,) = algo.figures(state, {}, round_idx=5)
+    assert isinstance(figure, Figure) and figure.filename == ROW_NORMS_PNG
+    norms, proportions = (panel.values for panel in figure.panels)
+    p = COUNTS / COUNTS.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(norms, p / p.sum(axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(proportions, p)
+    assert figure.title == "mean per-client corr = 1.000"
+    (path,) = write_figures(tmp_path / "plots", [figure], "run: cwfedavg, round 5")
+    assert path == tmp_path / "plots" / ROW_NORMS_PNG
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mean_row_correlation() -> None:
+    p = np.array([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8]])
     assert mean_row_correlation(p, p) == pytest.approx(1.0)
     assert mean_row_correlation(np.full((1, 3), 1 / 3), p[:1]) == 0.0

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.algorithms.cwfedavg import ROW_NORMS_PNG, mean_row_correlation
 from fedsim.config import load_config
 from fedsim.experiment import run_experiment
-from fedsim.tracking.plots import ROW_NORMS_PNG, mean_row_correlation
 
 ROUNDS = 4
 # acc_weighted is over ~1250 test samples: its binomial std is <= 1.5 points, and FedAvg's

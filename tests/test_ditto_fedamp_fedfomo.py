@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merge_sums
-from fedsim.algorithms.ditto import Ditto, DittoParams, ProxGradient
+from fedsim.algorithms.ditto import Ditto, DittoParams
 from fedsim.algorithms.fedamp import (
     FedAMP,
     FedAMPParams,
-    PullToCloud,
     attention_coefficients,
     cloud_model,
 )
 from fedsim.algorithms.fedfomo import FedFomo, FedFomoParams, fomo_weights, split_validation
+from fedsim.algorithms.pull import Pull
 from fedsim.config import load_config
 from fedsim.runtime.worker import ClientTask, ClientWorker, WorkerProbe
 from fedsim.simulation import Simulation
@@ -108,7 +108,7 @@ def test_ditto_prox_gradient_is_grad_plus_mu_times_distance():
     anchor = torch.tensor([1.0, 0.0, -1.0])
     p = torch.nn.Parameter(torch.tensor([2.0, 2.0, 2.0]))
     p.grad = torch.tensor([0.1, 0.2, 0.3])
-    ProxGradient(anchor, layout, mu=0.5).correct_gradients({"w": p})
+    Pull(anchor, layout, mu=0.5, form="gradient").correct_gradients({"w": p})
     assert torch.allclose(p.grad, torch.tensor([0.1 + 0.5, 0.2 + 1.0, 0.3 + 1.5]))
 
 
@@ -134,10 +134,11 @@ def test_fedamp_pull_carries_gradient_to_the_local_model():
     u = torch.tensor([1.0, -1.0])
     w = torch.nn.Parameter(torch.tensor([3.0, 0.0]))
     lamda, alpha = 0.4, 0.1
-    pull = PullToCloud(u, layout, lamda / (2 * alpha))
+    pull = Pull(u, layout, lamda / alpha, form="two_pass")
     penalty = pull.penalty({"w": w})
     penalty.backward()
     assert penalty.item() == pytest.approx(lamda / (2 * alpha) * (4 + 1))
+    assert pull.loss({"w": w}) is None  # the gradient is added in correct_gradients
     autograd = w.grad.clone()
     assert torch.allclose(autograd, lamda / alpha * (w.detach() - u))
     w.grad = torch.tensor([0.25, -0.5])  # the CE gradient of a minibatch
@@ -149,7 +150,7 @@ def test_fedamp_round_uploads_models_and_next_peers_are_this_rounds_uploads():
     algo = FedAMP(FedAMPParams(lamda=1.0, alpha_k=0.1, sigma=1.0), federation())
     state = algo.init_state(torch.zeros(2))
     plan = algo.client_start(algo.broadcast(state), {}, None, info(0))
-    assert torch.equal(plan.terms.cloud, torch.zeros(2))  # no peers yet: u_i = w_i
+    assert torch.equal(plan.terms.anchor, torch.zeros(2))  # no peers yet: u_i = w_i
     uploads = {2: torch.tensor([1.0, 1.0]), 0: torch.tensor([0.0, 1.0])}
     individual = {}
     for c, w in uploads.items():
@@ -162,7 +163,8 @@ def test_fedamp_round_uploads_models_and_next_peers_are_this_rounds_uploads():
     plan = algo.client_start(algo.broadcast(new), {}, {"params": uploads[0]}, info(0))
     c = 0.1 * math.exp(-1.0)  # ||[0,1] - [1,1]||^2 = 1; the client itself gets 0
     expected = c * uploads[2] + (1 - c) * uploads[0]
-    assert torch.allclose(plan.terms.cloud, expected, atol=1e-7)
+    assert torch.allclose(plan.terms.anchor, expected, atol=1e-7)
+    assert plan.terms.mu == pytest.approx(1.0 / 0.1) and plan.terms.form == "two_pass"
     assert torch.equal(plan.train_params, uploads[0])
 
 
@@ -309,8 +311,7 @@ def test_fedamp_with_lambda_differs_from_local_only_on_a_real_round(real):
     assert torch.equal(detached, local)  # PFLlib's way: the same numbers as Local-only
 
 
-@dataclass
-class DetachedPull(PullToCloud):
+class DetachedPull(Pull):
     """PFLlib's clientamp: the term built from ``p.data``, so no gradient reaches w."""
 
     def loss(self, params):
@@ -323,7 +324,7 @@ class DetachedPull(PullToCloud):
 class DetachedFedAMP(FedAMP):
     def client_start(self, broadcast, payload, state, client):
         plan = super().client_start(broadcast, payload, state, client)
-        plan.terms = DetachedPull(plan.terms.cloud, plan.terms.layout, plan.terms.scale)
+        plan.terms = DetachedPull(plan.terms.anchor, plan.terms.layout, plan.terms.mu)
         return plan
 
 

@@ -16,7 +16,7 @@ from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merg
 from fedsim.algorithms.fedper import FedPer, FedPerParams
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
-from fedsim.runtime.state_store import ClientStateStore
+from fedsim.storage import ClientStateStore
 from lightning_modules.flat_params import ParamEntry, ParamLayout
 
 SIZES = [10, 30, 60]

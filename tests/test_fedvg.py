@@ -16,15 +16,15 @@ from fedsim.algorithms.base import (
     merge_sums,
 )
 from fedsim.algorithms.fedprox import FedProx
-from fedsim.algorithms.fedvg import FedVG
-from fedsim.algorithms.scaffold import Scaffold
-from fedsim.algorithms.weighting import (
+from fedsim.algorithms.fedvg import (
+    FedVG,
     ValidationSplit,
     build_validation,
     inverse_weights,
     tensor_norm,
     validation_gradient,
 )
+from fedsim.algorithms.scaffold import Scaffold
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData, build_federated_data
@@ -86,7 +86,7 @@ def federation(entries: list[tuple[str, tuple[int, ...]]], blocks=None) -> Feder
 
 def fedvg(fed: FederationInfo, val_size: int = 40, cls=FedVG, **params):
     algo = cls(cls.Params(**params), fed)
-    algo.weighting.validation = ValidationSplit(indices=np.arange(val_size), train_subsets={})
+    algo.weighting.scorer.validation = ValidationSplit(np.arange(val_size), train_subsets={})
     return algo
 
 

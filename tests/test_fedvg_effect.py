@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim.algorithms.weighting import WeightingParams, build_validation
+from fedsim.algorithms.aggregation_weights import WeightingParams
+from fedsim.algorithms.fedvg import build_validation
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData, build_federated_data

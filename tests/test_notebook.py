@@ -19,6 +19,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
 
 
+@pytest.mark.slow
 def test_analysis_notebook_executes_and_compares_runs(runs, monkeypatch):
     monkeypatch.setenv("FEDSIM_RUNS", os.pathsep.join(str(p) for p in runs.values()))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # inline figures in the kernel

@@ -26,16 +26,14 @@ from fedsim.errors import ConfigError
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.ray_executor import RayExecutor, plan_pool, task_cost
-from fedsim.runtime.training import evaluate_client
-from fedsim.runtime.wire import WireTensor, to_wire
 from fedsim.runtime.worker import (
     ClientTask,
     ClientWorker,
-    EvalTask,
     GradientTask,
     WorkerResult,
 )
 from fedsim.simulation import Simulation
+from fedsim.wire import WireTensor, to_wire
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.registry import build_model
 
@@ -101,7 +99,6 @@ def test_task_costs_follow_sample_counts():
     assert big == 1 + 3 * 2 * 100 + 30 and small == 1 + 3 * 2 * 10 + 3
     assert task_cost(ClientTask(0, {}, None, evaluate=True, train=False), train, test, 2) == 31
     assert task_cost(GradientTask(0, num_samples=8), train, test, 2) == 1 + 3 * 8
-    assert task_cost(EvalTask(1, indices=np.arange(5)), train, test, 2) == 6
 
 
 # ------------------------------------------------------------------ transport (no Ray)
@@ -127,13 +124,11 @@ def test_tensors_travel_as_numpy_and_come_back_as_tensors():
     assert torch.equal(owned, params + 1)
 
 
-# ------------------------------------------------------------------ extra task kinds (no Ray)
+# ------------------------------------------------------------------ gradient tasks (no Ray)
 
 
 class FedAvgWithMemory(FedAvg):
     """FedAvg whose clients also keep their last model and a count: state that must survive."""
-
-    uses_client_state = True
 
     def client_finish(self, plan, trained, state, client):
         update = super().client_finish(plan, trained, state, client)
@@ -172,7 +167,7 @@ def test_gradient_task_is_the_mean_ce_gradient(sim):
     assert out.loss == pytest.approx(loss.item(), rel=1e-5)
 
 
-def test_minibatch_gradients_are_seeded_and_eval_tasks_match(sim):
+def test_minibatch_gradients_are_seeded(sim):
     spec = dataclasses.replace(sim.worker_spec, num_threads=1)
     worker = ClientWorker(spec, sim.data)
     broadcast = {"params": sim.initial_params}
@@ -180,13 +175,10 @@ def test_minibatch_gradients_are_seeded_and_eval_tasks_match(sim):
         GradientTask(client=2, num_samples=16, key=0),
         GradientTask(client=2, num_samples=16, key=0),
         GradientTask(client=2, num_samples=16, key=1),
-        EvalTask(client=4, tag="e"),
     ]
-    a, b, c, e = worker.run(5, broadcast, tasks).outputs
+    a, b, c = worker.run(5, broadcast, tasks).outputs
     assert a.num_samples == 16 and torch.equal(a.gradient, b.gradient)
     assert not torch.equal(a.gradient, c.gradient)
-    direct = evaluate_client(worker.module, sim.data, sim.data.clients[4].test, batch_size=500)
-    assert e.tag == "e" and e.evaluation == direct
 
 
 # ------------------------------------------------------------------ the pool (shared Ray)
@@ -256,7 +248,7 @@ def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
     finally:
         one.close()
     with pytest.raises(RuntimeError, match="closed"):
-        one.run_round(0, {"params": sim.initial_params}, [EvalTask(client=0)])
+        one.run_round(0, {"params": sim.initial_params}, [GradientTask(client=0)])
     # 1 worker vs 2 workers vs in-process: same accuracy and aggregated parameters.
     for other in (local, single):
         acc = other.summary["final"]["acc_weighted"]
@@ -264,9 +256,8 @@ def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
         assert (other.state["params"] - pooled_run.state["params"]).abs().max() <= 1e-5
     assert [h["num_trained"] for h in pooled_run.history] == [6, 6, 6, 0]
 
-    # Gradient and evaluation tasks through the pool equal the in-process worker's.
+    # Gradient tasks through the pool equal the in-process worker's.
     extra = [GradientTask(client=c, num_samples=20, tag=c) for c in range(4)]
-    extra += [EvalTask(client=c, tag=10 + c) for c in range(3)]
     broadcast = {"params": pooled_run.state["params"]}
     pooled = sorted(
         (o for w in pool.run_round(7, broadcast, extra) for o in w.outputs), key=lambda o: o.tag
@@ -275,9 +266,7 @@ def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
     direct = LocalExecutor(spec, sim.data).run_round(7, broadcast, extra)[0].outputs
     for got, want in zip(pooled, sorted(direct, key=lambda o: o.tag), strict=True):
         assert got.tag == want.tag and got.num_samples == want.num_samples
-        if want.gradient is not None:
-            assert torch.allclose(got.gradient, want.gradient, atol=1e-7)
-        assert got.evaluation == want.evaluation
+        assert torch.allclose(got.gradient, want.gradient, atol=1e-7)
 
 
 @pytest.mark.slow

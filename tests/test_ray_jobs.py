@@ -121,7 +121,7 @@ def test_reproduce_configs_x_seeds_on_a_cluster(ray_head, tmp_path):
         ]
         values = [f["acc_weighted"] for f in finals]
         assert float(result["final_acc_weighted_mean"]) == pytest.approx(np.mean(values))
-        assert float(result["final_acc_weighted_std"]) == pytest.approx(np.std(values))
+        assert float(result["final_acc_weighted_std"]) == pytest.approx(np.std(values, ddof=1))
         assert result["seeds"] == "2"
     table = (out / "results.md").read_text()
     assert table.count("±") == 2 * len(COLUMNS)
@@ -135,12 +135,16 @@ def test_mean_std_table_by_hand():
         row = {"acc_weighted": acc, "acc_mean": acc, "acc_worst10": acc / 2}
         return {"best": row, "final": row}
 
-    rows = aggregate(specs, [summary(0.8), summary(0.9), None])
+    specs.append(RunSpec("c.yaml", "c (fedper)", 0, {}, "runs/c-0"))
+    rows = aggregate(specs, [summary(0.8), summary(0.9), None, summary(0.7)])
     assert rows[0]["seeds"] == 2 and rows[0]["final_acc_weighted_mean"] == pytest.approx(0.85)
-    assert rows[0]["final_acc_weighted_std"] == pytest.approx(0.05)  # population std
+    # sample std (ddof 1): sqrt(((0.8 - 0.85)^2 + (0.9 - 0.85)^2) / 1) = 0.05 * sqrt(2)
+    assert rows[0]["final_acc_weighted_std"] == pytest.approx(0.0707106781)
     assert rows[1]["seeds"] == 0
+    assert rows[2]["final_acc_weighted_mean"] == 0.7 and np.isnan(rows[2]["final_acc_weighted_std"])
     table = markdown_table(rows)
-    assert "| a (fedavg) | 2 | 85.00 ± 5.00 |" in table and "| b (local) | 0 | n/a |" in table
+    assert "| a (fedavg) | 2 | 85.00 ± 7.07 |" in table and "| b (local) | 0 | n/a |" in table
+    assert "| c (fedper) | 1 | 70.00 |" in table  # one seed: no std
 
 
 def test_reproduce_bad_config_exits_2_before_ray(tmp_path, capsys):

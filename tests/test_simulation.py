@@ -8,17 +8,19 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from fedsim.algorithms.base import AlgorithmParams, ClientPlan
+from fedsim.algorithms.base import ClientPlan
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import ALGORITHMS, register
 from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.errors import ClientFailureError
 from fedsim.experiment import run_experiment
+from fedsim.round_records import aggregation_shares
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.worker import ClientResult
-from fedsim.simulation import Simulation, aggregation_shares
+from fedsim.simulation import Simulation
 from fedsim.tracking.base import MemorySink
+from lightning_modules.hooks import ClientTerms
 
 
 def config(*overrides: str):
@@ -52,6 +54,7 @@ def test_local_beats_fedavg_on_pathological_split(tmp_path):
     assert lo > 0.9 and lo > f + 0.15, (lo, f)
 
 
+@pytest.mark.slow
 def test_same_seed_same_summary(tmp_path):
     args = [
         "run",
@@ -69,6 +72,7 @@ def test_same_seed_same_summary(tmp_path):
     assert (tmp_path / "c" / "summary.json").read_text() != a
 
 
+@pytest.mark.slow
 def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
     result = run_experiment(
         config("rounds=2", "data.num_clients=10", "join_ratio=0.3"),
@@ -80,6 +84,7 @@ def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
     assert len(rows) == 1 + 3 * 10
 
 
+@pytest.mark.slow
 def test_each_trained_client_reports_its_share_of_the_aggregate():
     """FedAvg's share is n_i / sum n over the cohort (by hand); untrained clients have none."""
     sim = Simulation(config("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
@@ -108,16 +113,13 @@ def test_aggregation_shares_average_over_the_weighted_sums():
 
 
 @dataclass
-class PoisonParams(AlgorithmParams):
+class PoisonParams(FedAvg.Params):
     clients: list | None = None
 
 
-class NanTerms:
+class NanTerms(ClientTerms):
     def loss(self, params):
         return torch.tensor(math.nan)
-
-    def correct_gradients(self, params):
-        pass
 
 
 @register

@@ -1,8 +1,9 @@
-"""Client state store: the mapping API, the memory budget, spilling to disk and cleanup."""
+"""Client state store: the mapping API, the memory budget, spilling, pickling and cleanup."""
 
 from __future__ import annotations
 
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -10,8 +11,8 @@ import torch
 
 from fedsim.config import load_config
 from fedsim.runtime.executor import LocalExecutor
-from fedsim.runtime.state_store import ClientStateStore, default_memory_budget
 from fedsim.simulation import Simulation
+from fedsim.storage import ClientStateStore, default_memory_budget
 
 
 def state(value: float, n: int = 250) -> dict:
@@ -96,6 +97,39 @@ def test_close_and_garbage_collection_remove_the_spill_folder():
     del other
     gc.collect()
     assert not folder.exists()
+
+
+def test_a_spilled_store_pickles_by_contents():
+    """A checkpoint holds states, not spill paths: it loads after the spill folder is gone."""
+    per_state = 250 * 4 + 3 * 8 + 4 * 8
+    store = ClientStateStore(memory_budget_bytes=per_state)
+    for client in range(4):
+        store.put(client, state(client))
+    assert store.num_spilled == 3
+    saved = pickle.dumps(store)
+    folder = store.spill_dir
+    store.close()
+    assert not folder.exists()
+    loaded = pickle.loads(saved)
+    assert loaded.clients() == [0, 1, 2, 3] and loaded.memory_budget_bytes == per_state
+    assert loaded.num_spilled == 3 and loaded.spill_dir != folder  # a working store of its own
+    for client in range(4):
+        assert_same(loaded.get(client), state(client))
+    loaded.put(9, state(9))
+    assert loaded.num_spilled == 4 and len(loaded) == 5
+    loaded.close()
+
+
+def test_pickling_leaves_the_store_as_it_was():
+    store = ClientStateStore(memory_budget_bytes=0)
+    store.put(0, state(0))
+    path = store.spill_dir / "client_0.pkl"
+    copy = pickle.loads(pickle.dumps(store))
+    assert path.exists() and store.num_spilled == 1  # the original keeps its file
+    assert_same(store.get(0), copy.get(0))
+    store.close()
+    assert_same(copy.get(0), state(0))  # and the copy does not depend on it
+    copy.close()
 
 
 def test_negative_budget_is_rejected():

@@ -8,21 +8,15 @@ import json
 
 import pytest
 
-from fedsim.cli import main
+import ray_jobs.tune as tune_job
+from fedsim.cli import build_parser, main
 from fedsim.config import RuntimeConfig, config_from_dict, load_config
 from fedsim.errors import ConfigError
-from ray_jobs.tune import (
-    Space,
-    SweepSettings,
-    load_tune_config,
-    parse_space,
-    run_tune,
-    trial_bundles,
-    trial_config,
-    trial_executor_for,
-    tune_options,
-    validate_search,
-)
+from fedsim.search.options import NAMES, given_from_args, resolve_options
+from fedsim.search.resources import trial_bundles, trial_executor_for, trial_runtime
+from fedsim.search.space import Space, parse_space, validate_search
+from fedsim.search.sweep import load_tune_config, run_tune
+from fedsim.search.trial import SweepSettings, trial_config
 
 TINY = ["rounds=2", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local"]
 
@@ -71,7 +65,7 @@ def test_search_values_validated_against_the_config():
 @pytest.mark.parametrize("path", sorted(glob.glob("configs/tune/*.yaml")))
 def test_example_searches_validate(path):
     raw, section = load_tune_config(path, [])
-    options = tune_options(section, {}, [])
+    options = resolve_options(section, {})
     assert options.search
     cfg = config_from_dict(raw)
     validate_search(cfg.to_dict(), [parse_space(f"{k}={v}") for k, v in options.search.items()])
@@ -79,13 +73,49 @@ def test_example_searches_validate(path):
 
 def test_cli_wins_over_the_file_section():
     _, section = load_tune_config("configs/tune/fedavg-lr.yaml", [])
-    options = tune_options(section, {"samples": 3, "mode": None}, ["client.lr=choice(0.1)"])
+    given = {"samples": 3, "mode": None, "search": ["client.lr=choice(0.1)"]}
+    options = resolve_options(section, given)
     assert options.samples == 3 and options.mode == "max"
     assert options.search == {"client.lr": "choice(0.1)"}
     with pytest.raises(ConfigError, match="--scheduler='hyperband': allowed: asha, fifo"):
-        tune_options(section, {"scheduler": "hyperband"}, [])
+        resolve_options(section, {"scheduler": "hyperband"})
     with pytest.raises(ConfigError, match="tune.sample=3: unknown key"):
-        tune_options({"sample": 3}, {}, ["client.lr=choice(0.1)"])
+        resolve_options({"sample": 3}, {"search": ["client.lr=choice(0.1)"]})
+    with pytest.raises(ConfigError, match="--trial-executor='gpu': allowed: auto, local, ray"):
+        resolve_options(section, {"trial_executor": "gpu"})
+
+
+def test_every_option_is_one_flag_and_one_file_key():
+    """Each TuneOptions field is a ``tune:`` key and a ``--dashed`` flag of the same name."""
+    args = build_parser().parse_args(
+        ["tune", "c.yaml", "rounds=2", "--samples", "3", "--max-concurrent", "2", "--no-report",
+         "--search", "client.lr=choice(0.1)", "client.epochs=choice(1,2)", "--quiet"]
+    )  # fmt: skip
+    given = given_from_args(args)
+    assert set(given) == set(NAMES)
+    assert given["samples"] == 3 and given["max_concurrent"] == 2
+    assert given["report"] is False and given["quiet"] is True and given["mode"] is None
+    assert given["search"] == ["client.lr=choice(0.1)", "client.epochs=choice(1,2)"]
+    options = resolve_options({"samples": 5, "out": "runs/x", "search": {"client.lr": "x"}}, given)
+    assert (options.samples, options.out, options.report) == (3, "runs/x", False)
+    assert options.search == {"client.lr": "choice(0.1)", "client.epochs": "choice(1,2)"}
+
+
+def test_tune_help_lists_every_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for name in NAMES:
+        assert "--" + name.replace("_", "-") in text
+    assert "--no-report" in text and "loguniform(a,b)" in text
+
+
+def test_cluster_job_is_fedsim_tune(monkeypatch):
+    seen = []
+    monkeypatch.setattr(tune_job, "main", lambda argv: seen.append(argv) or 0)
+    assert tune_job.run(["configs/tune/fedavg-lr.yaml", "--samples", "2"]) == 0
+    assert seen == [["tune", "configs/tune/fedavg-lr.yaml", "--samples", "2"]]
 
 
 def test_bad_tune_input_exits_2_in_one_line_before_ray(tmp_path, capsys):
@@ -103,9 +133,13 @@ def test_trial_resources_form_one_placement_group_per_trial():
     local = RuntimeConfig(cpus_per_worker=2.0)
     assert trial_executor_for(local, "auto") == "local"
     assert trial_bundles(local, "local") == [{"CPU": 2.0}]
+    assert trial_runtime(local, "local") == {"runtime.executor": "local", "runtime.workers": None}
     gpu = RuntimeConfig(workers=3, cpus_per_worker=1.0, gpus_per_worker=0.25)
     assert trial_executor_for(gpu, "auto") == "ray"
     assert trial_bundles(gpu, "ray") == [{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.25}] * 3
+    assert trial_runtime(gpu, "ray")["runtime.workers"] == 3
+    with pytest.raises(ConfigError, match="runtime.workers=None: give a number"):
+        trial_bundles(RuntimeConfig(gpus_per_worker=0.5), "ray")  # null: no pool size to book
 
 
 @pytest.mark.slow
@@ -117,14 +151,14 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
     outcome = run_tune(
         "configs/quickstart.yaml",
         TINY,
-        ["client.lr=grid(0.05,0.0001)"],
+        search=["client.lr=grid(0.05,0.0001)"],
         samples=2,
         scheduler="asha",
         metric="acc_weighted",
         mode="max",
-        out=out,
+        out=str(out),
         report=False,
-        verbose=0,
+        quiet=True,
     )
     rows = outcome.rows
     assert len(rows) == 4

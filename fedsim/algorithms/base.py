@@ -14,6 +14,11 @@ driver   ``aggregate(state, sums, individual, round)`` -> new server state
 ``download_nbytes`` / ``upload_nbytes`` say what a client would receive and send under the
 algorithm's own protocol (the round's ``bytes_down`` / ``bytes_up``), where the simulation's
 payloads differ from it.
+
+On the driver, from a server state and the clients' private states alone (a finished run or
+its final checkpoint): ``personalized_params`` is the model a client evaluates with, and
+``figures`` is what the algorithm wants drawn (plain ``fedsim.figures`` specs that tracking
+draws without knowing the algorithm).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 import torch
 
+from fedsim.figures import Figure
 from fedsim.sizes import nbytes
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
@@ -35,6 +41,12 @@ if TYPE_CHECKING:
 
 ServerState = dict[str, Any]
 ClientState = dict[str, Any]
+
+
+class ClientStates(Protocol):
+    """Read access to clients' private states: the driver's ClientStateStore, or a dict."""
+
+    def get(self, client: int) -> ClientState | None: ...
 
 
 class ClientProbe(Protocol):
@@ -208,6 +220,40 @@ class Algorithm:
         """New server state from the reduced client sums (and individual uploads)."""
         return state
 
+    # --- driver side, from a (final) state: no worker, no client data ---
+    def client_info(self, client: int, round_idx: int) -> ClientInfo:
+        """A client's ``ClientInfo`` on the driver: its data statistics, no probe."""
+        return ClientInfo(
+            client=client,
+            num_train=int(self.federation.train_sizes[client]),
+            class_counts=self.federation.class_counts[client],
+            round=round_idx,
+        )
+
+    def personalized_params(
+        self, state: ServerState, client_state: ClientState | None, client: ClientInfo
+    ) -> torch.Tensor:
+        """The parameters ``client`` evaluates with (its personalized model), flat.
+
+        Default: what ``client_start`` plans from ``state`` and the client's private state,
+        run without a probe (FedAvg: the global model). Where personalization needs the
+        client's data (FedPer's fine-tune, FedFomo's re-weighting) it is the model before it.
+        """
+        broadcast = self.broadcast(state)
+        payload = self.client_payload(state, client.client)
+        plan = self.client_start(broadcast, payload, client_state, client)
+        return plan.train_params if plan.eval_params is None else plan.eval_params
+
+    def figures(
+        self, state: ServerState, client_states: ClientStates, round_idx: int
+    ) -> list[Figure]:
+        """Figures of this algorithm's state after ``round_idx`` rounds (default: none).
+
+        Called at the end of a run and by ``fedsim report`` on the final checkpoint; tracking
+        writes each to ``<run_dir>/plots/<filename>``.
+        """
+        return []
+
     # --- worker side ---
     def client_start(
         self,
@@ -237,6 +283,3 @@ class Algorithm:
         override this; weights are scalars and not counted.
         """
         return nbytes([value for _, value in update.sums.values()]) + nbytes(update.individual)
-
-    # --- facts the runtime needs ---
-    uses_client_state: ClassVar[bool] = False  # whether clients keep private state

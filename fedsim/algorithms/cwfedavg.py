@@ -25,14 +25,19 @@ WDR adds 0.5 * lambda * ||p_i - p~_i(W)||_2 to every minibatch loss (plain L2 no
 squared). The seed writes lambda * R; the official code has ``loss += 0.5 * weight_decay *
 wd_regularizer`` and its reported lambdas (10 MNIST/CIFAR-10, 1000 CIFAR-100, 2000 Tiny
 ImageNet) were used with that 0.5, so we keep it: ``wdr_lambda`` means what it means there.
+
+Figure (``row_norms.png``, the paper's heatmap): per client, the normalized output-row norms of
+the model it evaluates at the end, beside its true training class proportions. With WDR the
+row norms follow each client's class distribution; under FedAvg every client shows one row.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.algorithms.base import (
@@ -41,6 +46,7 @@ from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
     ClientState,
+    ClientStates,
     ClientUpdate,
     FederationInfo,
     ServerState,
@@ -48,9 +54,11 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
+from fedsim.figures import Figure, Panel
 
 CLASS_WEIGHTS = ("estimated", "true")
 _TOP_BLOCKS = re.compile(r"top-([1-9][0-9]*)")
+ROW_NORMS_PNG = "row_norms.png"
 
 
 @dataclass
@@ -100,6 +108,16 @@ def estimated_proportions(weight: torch.Tensor) -> torch.Tensor:
     return norms / norms.sum()
 
 
+def mean_row_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean over rows of the Pearson correlation of a[i] and b[i] (constant rows count 0)."""
+    values = []
+    for x, y in zip(a, b, strict=True):
+        sx, sy = x.std(), y.std()
+        covariance = float(np.mean((x - x.mean()) * (y - y.mean())))
+        values.append(0.0 if sx == 0 or sy == 0 else covariance / float(sx * sy))
+    return float(np.mean(values)) if values else 0.0
+
+
 def wdr_penalty(weight: torch.Tensor, proportions: torch.Tensor, wdr_lambda: float) -> torch.Tensor:
     """0.5 * lambda * ||p - p~(W)||_2, differentiable through W only."""
     return 0.5 * wdr_lambda * torch.linalg.vector_norm(proportions - estimated_proportions(weight))
@@ -146,8 +164,6 @@ class CwFedAvg(Algorithm):
 
     name = "cwfedavg"
     Params = CwFedAvgParams
-    uses_client_state = True  # the estimated r_i from the client's last trained head
-    row_norm_plot: ClassVar[bool] = True  # tracking.plots draws plots/row_norms.png at the end
 
     def __init__(self, params: CwFedAvgParams, federation: FederationInfo):
         super().__init__(params, federation)
@@ -226,6 +242,41 @@ class CwFedAvg(Algorithm):
     def upload_nbytes(self, update: ClientUpdate) -> int:
         """The trained model once and r_i: the per-class sums are shares of that upload."""
         return 4 * (self.federation.layout.total + self.federation.num_classes)
+
+    # --- driver side, from a (final) state ---
+    def personalized_params(
+        self, state: ServerState, client_state: ClientState | None, client: ClientInfo
+    ) -> torch.Tensor:
+        """w_i = sum_j r_ij w_j^G (what ``client_start`` plans, without building a payload)."""
+        r = self.client_r(state, client_state, client)
+        return self.personalize(state["class_models"], state.get("params"), r)
+
+    def evaluated_row_norms(
+        self, state: ServerState, client_states: ClientStates, round_idx: int
+    ) -> np.ndarray:
+        """(clients, K): normalized output-row norms of the model each client evaluates."""
+        rows = []
+        for client in range(self.federation.num_clients):
+            info = self.client_info(client, round_idx)
+            params = self.personalized_params(state, client_states.get(client), info)
+            weight = self.federation.layout.view(params, self.weight_name).float()
+            norms = torch.linalg.vector_norm(weight, dim=1)
+            rows.append((norms / norms.sum()).numpy())
+        return np.stack(rows)
+
+    def figures(
+        self, state: ServerState, client_states: ClientStates, round_idx: int
+    ) -> list[Figure]:
+        """The row-norm heatmap beside the true class proportions (``row_norms.png``)."""
+        norms = self.evaluated_row_norms(state, client_states, round_idx)
+        counts = self.federation.class_counts.astype(np.float64)
+        proportions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+        correlation = mean_row_correlation(norms, proportions)
+        panels = (
+            Panel(norms, "output-row norms (normalized)", "class", "client"),
+            Panel(proportions, "class proportions p_i (train)", "class", "client"),
+        )
+        return [Figure(ROW_NORMS_PNG, f"mean per-client corr = {correlation:.3f}", panels)]
 
     # --- worker side ---
     def client_start(

@@ -6,7 +6,7 @@ ALGORITHMS.md, "Baselines". Each round a sampled client
    v <- v - lr (grad f(v) + mu (v - w_t)), w_t the global model it received (PFLlib's
    ``PerturbedGradientDescent``: the pull is added to the gradient, not to the loss);
 2. trains a copy of w_t normally (the worker's main pass) and uploads it; the server averages
-   the uploads with weights n_i / sum n (FedAvg).
+   the uploads with weights n_i / sum n (FedAvg; its weighting and server optimizer keys).
 Clients are evaluated with v, before training. v is the client's private state (a full model
 per client, in the driver's client state store, spilled to disk beyond its budget). A client
 without one starts v from the global model it receives (the initial model at round 0, as
@@ -19,64 +19,30 @@ worker's single main pass stays the global copy's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fedsim.algorithms.base import (
-    AlgorithmParams,
-    ClientInfo,
-    ClientPlan,
-    ClientState,
-    ClientUpdate,
-)
-from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
+from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
+from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.errors import ConfigError
-from lightning_modules.flat_params import ParamLayout
+from fedsim.config import checked
 
 PERSONAL_KEY = 13  # seeds the personal pass apart from the main training
 
 
 @dataclass
-class DittoParams(AlgorithmParams):
-    """``algorithm.*`` keys of Ditto."""
+class DittoParams(FedAvgParams):
+    """``algorithm.*`` keys of Ditto (and FedAvg's, for the global model)."""
 
-    mu: float = 0.1  # pull of the personal model towards the global model (Ditto's lambda)
-    personal_epochs: int = 1  # epochs of personal training per round (PFLlib plocal_epochs)
-
-    def __post_init__(self) -> None:
-        if not self.mu >= 0:
-            raise ConfigError("algorithm.mu", self.mu, "must be >= 0")
-        if self.personal_epochs < 1:
-            raise ConfigError("algorithm.personal_epochs", self.personal_epochs, "must be >= 1")
-
-
-@dataclass
-class ProxGradient:
-    """Client terms: grad += mu (p - anchor) for every parameter (a perturbed SGD step)."""
-
-    anchor: torch.Tensor  # flat model the parameters are pulled to
-    layout: ParamLayout
-    mu: float
-    _views: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-
-    def anchor_of(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """The anchor's tensor ``name`` on ``like``'s device (moved once)."""
-        view = self._views.get(name)
-        if view is None or view.device != like.device:
-            view = self.layout.view(self.anchor, name).to(like.device)
-            self._views[name] = view
-        return view
-
-    def loss(self, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        return None
-
-    def correct_gradients(self, params: dict[str, torch.Tensor]) -> None:
-        for name, p in params.items():
-            if p.grad is not None:
-                p.grad.add_(p.detach() - self.anchor_of(name, p), alpha=self.mu)
+    mu: float = checked(  # pull of the personal model towards the global model (Ditto's lambda)
+        0.1, lambda v: v >= 0, "must be >= 0"
+    )
+    personal_epochs: int = checked(  # epochs of personal training per round (PFLlib plocal_epochs)
+        1, lambda v: v >= 1, "must be >= 1"
+    )
 
 
 @register
@@ -85,7 +51,6 @@ class Ditto(FedAvg):
 
     name = "ditto"
     Params = DittoParams
-    uses_client_state = True  # the personal model v
 
     def client_start(
         self,
@@ -95,9 +60,9 @@ class Ditto(FedAvg):
         client: ClientInfo,
     ) -> ClientPlan:
         """Evaluate the personal model; the main pass trains the received global model."""
-        received = broadcast["params"]
-        personal = received if state is None else state["personal"]
-        return ClientPlan(train_params=received, eval_params=personal)
+        plan = super().client_start(broadcast, payload, state, client)
+        plan.eval_params = plan.train_params if state is None else state["personal"]
+        return plan
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
@@ -107,9 +72,13 @@ class Ditto(FedAvg):
             raise RuntimeError("Ditto needs the worker's probe to train the personal model")
         received = plan.train_params
         personal = received if state is None else state["personal"]
-        terms = ProxGradient(received, self.federation.layout, self.params.mu)
+        terms = Pull(received, self.federation.layout, self.params.mu, "gradient")
         new_personal, loss = client.probe.train(
-            personal, epochs=self.params.personal_epochs, terms=terms, key=PERSONAL_KEY
+            personal,
+            epochs=self.params.personal_epochs,
+            terms=terms,
+            indices=plan.train_indices,
+            key=PERSONAL_KEY,
         )
         if not math.isfinite(loss):
             new_personal = personal.clone()  # a diverged personal pass keeps the old model

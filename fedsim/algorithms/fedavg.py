@@ -1,33 +1,75 @@
-"""FedAvg: w = sum_i (n_i / sum n) w_i over the cohort (McMahan et al.; PFLlib serveravg)."""
+"""FedAvg: w = sum_i (n_i / sum n) w_i over the cohort (McMahan et al.; PFLlib serveravg).
+
+The base of the FedAvg family (Flower's ``FedProx(FedAvg)`` economy): FedVG, FedProx,
+FedAvgM, SCAFFOLD, FedDyn and Ditto override only what differs. Two settings are shared:
+
+- the aggregation weights, ``algorithm.weighting`` (samples | uniform | fedvg | avg;
+  ``aggregation_weights.py``), with FedVG's validation-set keys;
+- the server optimizer, ``algorithm.server_lr`` (1.0) and ``algorithm.server_momentum`` (0.0):
+  server SGD on the pseudo-gradient theta - mean (``server_optimizer.py``); the defaults make
+  the new model the weighted mean itself.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedsim.algorithms.aggregation_weights import AggregationWeights, WeightingParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,
     ClientPlan,
     ClientState,
     ClientUpdate,
+    FederationInfo,
     ServerState,
     WeightedSum,
 )
 from fedsim.algorithms.registry import register
+from fedsim.algorithms.server_optimizer import ServerOptimizer
+from fedsim.config import checked
+
+if TYPE_CHECKING:
+    from fedsim.data.datasets import ImageDataset
+    from fedsim.data.federated import FederatedData
+
+
+@dataclass
+class FedAvgParams(WeightingParams):
+    """``algorithm.*`` keys of FedAvg: the aggregation weights and the server optimizer."""
+
+    server_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")
+    server_momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 
 @register
 class FedAvg(Algorithm):
-    """Every client trains the global model; the server takes the sample-weighted mean."""
+    """Every client trains the global model; the server steps towards the weighted mean."""
 
     name = "fedavg"
+    Params = FedAvgParams
 
-    def client_finish(
-        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
-    ) -> ClientUpdate:
-        return ClientUpdate(sums={"params": (float(client.num_train), trained)})
+    def __init__(self, params: WeightingParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        self.weighting = AggregationWeights(params, federation)
+        self.server = self.server_optimizer()
+
+    def server_optimizer(self) -> ServerOptimizer:
+        """The server's step from the clients' mean (subclasses without the keys override)."""
+        return ServerOptimizer(lr=self.params.server_lr, momentum=self.params.server_momentum)
+
+    # --- driver side ---
+    def prepare_data(
+        self, data: FederatedData, load_dataset: Callable[[str], ImageDataset], seed: int
+    ) -> FederatedData:
+        return self.weighting.prepare_data(data, load_dataset, seed)
+
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        return {"params": initial_params.clone(), **self.server.init(initial_params)}
 
     def aggregate(
         self,
@@ -36,7 +78,31 @@ class FedAvg(Algorithm):
         individual: dict[int, Any],
         round_idx: int,
     ) -> ServerState:
-        total = sums.get("params")
-        if total is None or total.weight <= 0:
+        mean = self.weighting.mean(sums, "params")
+        if mean is None:
             return state  # nobody finished this round: keep the model
-        return {**state, "params": total.mean()}
+        return self.server_step(state, mean, sums)
+
+    def server_step(
+        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
+    ) -> ServerState:
+        """The new server state from the clients' weighted mean (SCAFFOLD, FedDyn extend)."""
+        return {**state, **self.server.step(state, mean)}
+
+    # --- worker side ---
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        return ClientPlan(
+            train_params=broadcast["params"],
+            train_indices=self.weighting.train_indices(client.client),
+        )
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        return ClientUpdate(sums=self.weighting.contribute("params", trained, plan, client))

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from fedsim.algorithms.aggregation_weights import WeightingParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
@@ -25,10 +26,13 @@ from fedsim.algorithms.base import (
     ServerState,
     WeightedSum,
 )
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.weighting import NamedViews, WeightedFedAvg, WeightingParams
-from fedsim.errors import ConfigError
+from fedsim.algorithms.server_optimizer import ServerOptimizer
+from fedsim.config import checked
 from lightning_modules.flat_params import ParamLayout
+from lightning_modules.hooks import ClientTerms
 
 PENALTIES = ("norm", "squared")
 
@@ -38,18 +42,13 @@ class FedDynParams(WeightingParams):
     """``algorithm.*`` keys of FedDyn: alpha, the penalty form and the weighting keys."""
 
     weighting: str = "uniform"
-    alpha: float = 0.01
-    penalty: str = "norm"  # norm (PFLlib, ALGORITHMS.md) | squared (the FedDyn paper)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.alpha > 0:
-            raise ConfigError("algorithm.alpha", self.alpha, "must be > 0")
-        if self.penalty not in PENALTIES:
-            raise ConfigError("algorithm.penalty", self.penalty, "allowed: norm, squared")
+    alpha: float = checked(0.01, lambda v: v > 0, "must be > 0")
+    penalty: str = checked(  # norm (PFLlib, ALGORITHMS.md) | squared (the FedDyn paper)
+        "norm", lambda v: v in PENALTIES, "allowed: norm, squared"
+    )
 
 
-class DynamicRegularizer:
+class DynamicRegularizer(ClientTerms):
     """Client term alpha/2 ||w - g|| (or squared) - <w, h_i>; remembers which names it saw."""
 
     def __init__(
@@ -67,7 +66,7 @@ class DynamicRegularizer:
     def loss(self, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
         if not params:
             return None
-        device = next(iter(params.values())).device
+        device = device_of(params)
         anchor, h = self.anchor.on(device), self.h.on(device)
         if not self.parameter_names:
             self.parameter_names = list(params)
@@ -76,20 +75,20 @@ class DynamicRegularizer:
         linear = sum((p * h[n]).sum() for n, p in params.items())
         return 0.5 * self.alpha * distance - linear
 
-    def correct_gradients(self, params: dict[str, torch.Tensor]) -> None:
-        return None
-
 
 @register
-class FedDyn(WeightedFedAvg):
+class FedDyn(FedAvg):
     """Dynamic regularization: each client's linear term tracks its drift from the server."""
 
     name = "feddyn"
     Params = FedDynParams
-    uses_client_state = True  # h_i
+
+    def server_optimizer(self) -> ServerOptimizer:
+        """Unused: FedDyn's server has its own rule (``server_step``)."""
+        return ServerOptimizer()
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
-        return {"params": initial_params.clone(), "h": torch.zeros_like(initial_params)}
+        return {**super().init_state(initial_params), "h": torch.zeros_like(initial_params)}
 
     def client_start(
         self,
@@ -120,20 +119,15 @@ class FedDyn(WeightedFedAvg):
             s = layout.slice_of(name)
             drift[s] = trained[s] - plan.context["global_params"][s]
         h_new = plan.context["h_local"] - self.params.alpha * drift
-        sums = self.weighting.contribute("params", trained, plan, client)
-        sums["drift"] = (1.0, drift)
-        return ClientUpdate(sums=sums, state={"h": h_new})
+        update = super().client_finish(plan, trained, state, client)
+        update.sums["drift"] = (1.0, drift)
+        update.state = {"h": h_new}
+        return update
 
-    def aggregate(
-        self,
-        state: ServerState,
-        sums: dict[str, WeightedSum],
-        individual: dict[int, Any],
-        round_idx: int,
+    def server_step(
+        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
     ) -> ServerState:
-        mean = self.weighting.mean(sums, "params")
-        if mean is None:
-            return state
+        """h <- h - alpha (1/N) sum_i (w_i - g); g = mean - h / alpha."""
         alpha = self.params.alpha
         drift = (sums["drift"].value / self.federation.num_clients).to(torch.float32)
         h = state["h"] - alpha * drift

@@ -20,9 +20,10 @@ started its previous training from; ``trained`` (the paper's theta_i^{t-1}) is i
 last-trained model. Either way "stays as it was" keeps the current model (PFLlib).
 
 Memory: the server needs every client's latest upload (any client may be among anyone's top
-M), so it keeps them in its own spillable store (``server_memory_gb``; beyond it, on disk);
-each client's own model (and ``start``) is its private state in the driver's client store.
-A round moves M models per client.
+M), so it keeps them in its own spillable store (``fedsim.storage``; ``server_memory_gb``,
+beyond it on disk; a checkpoint holds the models, not the spill files); each client's own
+model (and ``start``) is its private state in the driver's client store. A round moves M
+models per client.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from fedsim.algorithms.base import (
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
+from fedsim.storage import ClientStateStore
 
 REFERENCES = ("start", "trained")
 VAL_SEED = 20210503  # the validation subset depends only on the client
@@ -123,13 +125,10 @@ class FedFomo(Algorithm):
 
     name = "fedfomo"
     Params = FedFomoParams
-    uses_client_state = True  # the client's model (and the one it last started from)
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         """P = identity; an empty store for the server's copies of client models."""
-        from fedsim.runtime.state_store import ClientStateStore  # plain storage, no Ray
-
         gb = self.params.server_memory_gb
         n = self.federation.num_clients
         return {
@@ -172,6 +171,13 @@ class FedFomo(Algorithm):
         """The M peer models, and the initial model on a client's first round."""
         return nbytes(payload) + (nbytes(broadcast["params"]) if state is None else 0)
 
+    def personalized_params(
+        self, state: ServerState, client_state: ClientState | None, client: ClientInfo
+    ) -> torch.Tensor:
+        """The client's own model (the initial one before its first round), before the next
+        round's re-weighting, which needs its data; no peer models are read."""
+        return state["params"] if client_state is None else client_state["params"]
+
     # --- worker side ---
     def client_start(
         self,
@@ -188,7 +194,7 @@ class FedFomo(Algorithm):
         probe = client.probe
         if probe is not None:
             indices = probe.train_indices
-        else:  # on the driver (e.g. plotting the final models): no data, no re-weighting
+        else:  # on the driver (personalized_params's default): no data, no re-weighting
             indices = self.federation.client_train_indices[client.client]
         train, val = split_validation(indices, self.params.val_ratio, client.client)
         ids, peers = payload.get("peer_ids", []), payload.get("peers", [])

@@ -131,7 +131,6 @@ class FedPer(Algorithm):
 
     name = "fedper"
     Params = FedPerParams
-    uses_client_state = True  # the personal layers
 
     def __init__(self, params: FedPerParams, federation: FederationInfo):
         super().__init__(params, federation)

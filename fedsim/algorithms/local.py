@@ -21,7 +21,6 @@ class LocalOnly(Algorithm):
     """Every client starts from the shared initial model and keeps training its own copy."""
 
     name = "local"
-    uses_client_state = True
 
     def client_start(
         self,

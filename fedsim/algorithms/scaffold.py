@@ -6,7 +6,9 @@ gradient correction. After K steps, c_i+ = c_i - c + (x - y) / (K lr). The clien
 dy = y - x and dc = c_i+ - c_i; the server sets x += eta_g * sum_k w_k dy_k and
 c += (1/N) sum dc (N: all clients), so on full participation c stays the mean of the c_i.
 w_k: ``algorithm.weighting``, uniform by default (PFLlib's mean; FedVG + SCAFFOLD:
-``weighting=fedvg``).
+``weighting=fedvg``). The x step is FedAvg's server optimizer with lr eta_g
+(``algorithm.global_lr``) and no momentum: as sum_k w_k = 1,
+x + eta_g sum_k w_k (y_k - x) = x - eta_g (x - sum_k w_k y_k).
 
 Under plain SGD, y = x - lr sum_t (g_t + c - c_i), so c_i - c + (x - y)/(K lr) is exactly the
 mean raw gradient (1/K) sum_t g_t. That is what the client computes: it needs neither lr nor
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from fedsim.algorithms.aggregation_weights import WeightingParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
@@ -28,10 +31,13 @@ from fedsim.algorithms.base import (
     ServerState,
     WeightedSum,
 )
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.weighting import NamedViews, WeightedFedAvg, WeightingParams
-from fedsim.errors import ConfigError
+from fedsim.algorithms.server_optimizer import ServerOptimizer
+from fedsim.config import checked
 from lightning_modules.flat_params import ParamLayout
+from lightning_modules.hooks import ClientTerms
 
 
 @dataclass
@@ -39,15 +45,10 @@ class ScaffoldParams(WeightingParams):
     """``algorithm.*`` keys of SCAFFOLD: the server step eta_g and the weighting keys."""
 
     weighting: str = "uniform"
-    global_lr: float = 1.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.global_lr > 0:
-            raise ConfigError("algorithm.global_lr", self.global_lr, "must be > 0")
+    global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")
 
 
-class ControlVariateCorrection:
+class ControlVariateCorrection(ClientTerms):
     """Client term: grad += c - c_i before each step; sums the raw gradients for c_i+."""
 
     def __init__(self, correction: torch.Tensor, layout: ParamLayout):
@@ -56,13 +57,10 @@ class ControlVariateCorrection:
         self.gradient_sum: torch.Tensor | None = None
         self.steps = 0
 
-    def loss(self, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        return None
-
     def correct_gradients(self, params: dict[str, torch.Tensor]) -> None:
         if not params:
             return
-        device = next(iter(params.values())).device
+        device = device_of(params)
         correction = self.correction.on(device)
         if self.gradient_sum is None:
             self.gradient_sum = torch.zeros(self.layout.total, dtype=torch.float32, device=device)
@@ -81,15 +79,18 @@ class ControlVariateCorrection:
 
 
 @register
-class Scaffold(WeightedFedAvg):
+class Scaffold(FedAvg):
     """Control variates correct client drift; the server steps x and c."""
 
     name = "scaffold"
     Params = ScaffoldParams
-    uses_client_state = True  # c_i
+
+    def server_optimizer(self) -> ServerOptimizer:
+        """x - eta_g (x - mean), the step always taken (recorded results: also at eta_g 1)."""
+        return ServerOptimizer(lr=self.params.global_lr, exact_mean=False)
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
-        return {"params": initial_params.clone(), "c": torch.zeros_like(initial_params)}
+        return {**super().init_state(initial_params), "c": torch.zeros_like(initial_params)}
 
     def broadcast(self, state: ServerState) -> dict[str, Any]:
         return {"params": state["params"], "c": state["c"]}
@@ -115,26 +116,18 @@ class Scaffold(WeightedFedAvg):
         c_new = plan.terms.mean_gradient()
         if c_new is None:
             c_new = c_local.clone()
-        sums = self.weighting.contribute("params", trained, plan, client)
-        sums["dc"] = (1.0, c_new - c_local)
-        return ClientUpdate(sums=sums, state={"c": c_new})
+        update = super().client_finish(plan, trained, state, client)
+        update.sums["dc"] = (1.0, c_new - c_local)
+        update.state = {"c": c_new}
+        return update
 
-    def aggregate(
-        self,
-        state: ServerState,
-        sums: dict[str, WeightedSum],
-        individual: dict[int, Any],
-        round_idx: int,
+    def server_step(
+        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
     ) -> ServerState:
-        mean = self.weighting.mean(sums, "params")
-        if mean is None:
-            return state
-        x = state["params"]
-        # x += eta_g sum_k w_k (y_k - x) = eta_g (sum_k w_k y_k - x), as sum_k w_k = 1
-        params = x + self.params.global_lr * (mean - x)
+        """x by the server optimizer; c += (1/N) sum dc."""
         dc = sums["dc"].value
         c = state["c"] + (dc / self.federation.num_clients).to(torch.float32)
-        return {**state, "params": params, "c": c}
+        return {**super().server_step(state, mean, sums), "c": c}
 
 
 def _local_c(state: ClientState | None, c_global: torch.Tensor) -> torch.Tensor:

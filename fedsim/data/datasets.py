@@ -103,10 +103,44 @@ def read_idx(path: str | Path) -> np.ndarray:
     return array.astype(dtype.newbyteorder("="), copy=True)
 
 
+DATASET_ALLOWED = (
+    f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
+    "fedsim.data.datasets.ImageDataset (called with root= and download= if it takes them)"
+)
+
+
+def dataset_loader(name: str) -> Callable[..., ImageDataset] | None:
+    """``data.name`` checked: None for a built-in, else the user's loader function.
+
+    A user's loader is ``module:function``; it may take ``root`` (data.root, a Path) and
+    ``download`` (data.download) and must return an ``ImageDataset``. Raises ConfigError.
+    """
+    from fedsim.plugins import check_callable_with, import_object, is_import_path
+
+    if name in DATASET_NAMES:
+        return None
+    if not is_import_path(name):
+        raise ConfigError("data.name", name, DATASET_ALLOWED)
+    loader = import_object("data.name", name, DATASET_ALLOWED)
+    check_callable_with("data.name", name, loader, ("root", "download"), DATASET_ALLOWED)
+    return loader
+
+
 def load_dataset(name: str, root: str | Path, download: bool = True) -> ImageDataset:
-    """Load dataset `name` from `root` (torchvision's on-disk layout), downloading if missing."""
-    if name not in DATASET_NAMES:
-        raise ConfigError("data.name", name, f"allowed: {', '.join(DATASET_NAMES)}")
+    """Load dataset `name` from `root` (torchvision's on-disk layout), downloading if missing;
+    or call the user's ``module:function`` loader (see ``dataset_loader``)."""
+    loader = dataset_loader(name)
+    if loader is not None:
+        from fedsim.plugins import call_with
+
+        dataset = call_with(loader, root=Path(root).expanduser(), download=download)
+        if not isinstance(dataset, ImageDataset):
+            raise ConfigError(
+                "data.name",
+                name,
+                f"returned {type(dataset).__name__}, not an ImageDataset; {DATASET_ALLOWED}",
+            )
+        return dataset
     if name == "mnist-5k":
         return _load_mnist_5k()
     root = Path(root).expanduser()

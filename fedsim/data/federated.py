@@ -198,3 +198,22 @@ def build_federated_data(
     elif partition == "pathological":
         info["classes_per_client"] = classes_per_client
     return FederatedData(dataset=dataset, clients=clients, partition=info)
+
+
+def stratified_subset(dataset: ImageDataset, max_samples: int | None) -> ImageDataset:
+    """``data.max_samples``: about ``max_samples`` samples, each class keeping its share
+    (rounded), drawn before partitioning; the dataset itself when None or not smaller.
+
+    Drawn from a fixed stream, not the run's seed: every seed of an experiment sees the same
+    subset, as it sees the same full dataset, and seeds vary the partition and training only.
+    """
+    if max_samples is None or max_samples >= len(dataset):
+        return dataset
+    rng = np.random.default_rng([0, 5])
+    keep = []
+    for c in range(dataset.num_classes):
+        members = np.flatnonzero(dataset.labels == c)
+        share = round(max_samples * len(members) / len(dataset))
+        keep.append(rng.choice(members, size=share, replace=False))
+    idx = np.sort(np.concatenate(keep))
+    return ImageDataset(dataset.name, dataset.images[idx], dataset.labels[idx], dataset.num_classes)

@@ -1,1 +1,1 @@
-"""Executors (in-process, Ray worker pool), the client worker and the client state store."""
+"""Executors (in-process, Ray worker pool) and the client worker."""

@@ -18,7 +18,7 @@ class Executor(ABC):
     def run_round(
         self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]
     ) -> list[WorkerResult]:
-        """Run ``tasks`` (ClientTask, GradientTask, EvalTask); one WorkerResult per worker."""
+        """Run ``tasks`` (ClientTask, GradientTask); one WorkerResult per worker."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release workers (and a Ray instance this executor started)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -27,6 +28,35 @@ def make_executor(runtime: RuntimeConfig, spec: WorkerSpec, data: FederatedData)
     if spec.num_threads is None:
         spec = dataclasses.replace(spec, num_threads=max(1, int(runtime.cpus_per_worker)))
     return LocalExecutor(dataclasses.replace(spec, device=local_device(runtime.device)), data)
+
+
+def check_runtime(runtime: RuntimeConfig) -> None:
+    """ConfigError for runtime settings this machine can already tell are impossible.
+
+    Checked before any run folder or Ray worker exists: a CUDA device the local executor
+    cannot see, or GPUs per worker when no cluster address is given and this machine has no
+    GPU (a local Ray would have none to give).
+    """
+    if runtime.executor == "local":
+        local_device(runtime.device)
+        return
+    if runtime.address is not None or os.environ.get("RAY_ADDRESS"):
+        return  # the cluster's resources are checked once connected
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if visible == 0 and (runtime.gpus_per_worker or 0) > 0:
+        raise ConfigError(
+            "runtime.gpus_per_worker",
+            runtime.gpus_per_worker,
+            "this machine has no GPU and no runtime.address names a cluster; allowed here: "
+            "0 or null",
+        )
+    if visible == 0 and runtime.device.startswith("cuda"):
+        raise ConfigError(
+            "runtime.device",
+            runtime.device,
+            "this machine has no GPU and no runtime.address names a cluster; allowed here: "
+            "auto, cpu",
+        )
 
 
 def local_device(device: str) -> str:

@@ -14,7 +14,9 @@ import dataclasses
 import logging
 import math
 import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,19 +26,19 @@ from ray.exceptions import RayActorError
 from fedsim.config import RuntimeConfig
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
+from fedsim.plugins import is_import_path, plugin_paths
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.ray_cluster import join_or_start_ray
 from fedsim.runtime.ray_worker import WorkerActor
 from fedsim.runtime.scheduling import assign_balanced
-from fedsim.runtime.wire import to_wire
 from fedsim.runtime.worker import (
     ClientTask,
-    EvalTask,
     GradientTask,
     Task,
     WorkerResult,
     WorkerSpec,
 )
+from fedsim.wire import to_wire
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +123,44 @@ def task_cost(task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epoch
         if task.num_samples is not None:
             n = min(n, task.num_samples)
         cost += TRAIN_COST_PER_SAMPLE * n
-    elif isinstance(task, EvalTask):
-        cost += len(task.indices) if task.indices is not None else float(test_sizes[task.client])
     return cost
+
+
+def plugin_runtime_env(spec: WorkerSpec, data: FederatedData) -> dict[str, Any]:
+    """``runtime_env`` that ships the user's modules (config import paths) to the workers.
+
+    The model named by path, the algorithm's classes and the dataset's class must import
+    in every actor. Empty when only fedsim's own (or installed) code is in use: no cost.
+    """
+    names = [spec.model_name.partition(":")[0]] if is_import_path(spec.model_name) else []
+    names += [cls.__module__ for cls in type(spec.algorithm).__mro__]
+    for part in (getattr(spec.algorithm, "params", None), getattr(data, "dataset", None)):
+        names.append(type(part).__module__)
+    paths = plugin_paths(names)
+    return ship_py_modules(paths) if paths else {}
+
+
+def ship_py_modules(paths: list[str]) -> dict[str, Any]:
+    """Upload local modules/packages to the cluster; a per-actor ``runtime_env`` using them.
+
+    Ray accepts local ``py_modules`` only in ``ray.init`` (the job), not per actor, and our
+    pool may join a Ray started elsewhere; so we do what ``ray.init`` does: zip each one
+    into the cluster's object store (content-hashed, uploaded once) and pass the URIs, which
+    every node unpacks onto its workers' ``sys.path``. Where Ray's uploader is not there
+    (its module is private), the folders go on the workers' ``PYTHONPATH``: enough on one
+    machine or a shared filesystem.
+    """
+    try:
+        from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+        with tempfile.TemporaryDirectory(prefix="fedsim-py-modules-") as scratch:
+            env = upload_py_modules_if_needed(
+                {"py_modules": list(paths)}, include_gitignore=True, scratch_dir=scratch
+            )
+        return {"py_modules": list(env["py_modules"])}
+    except (ImportError, TypeError):
+        folders = list(dict.fromkeys(str(Path(p).parent) for p in paths))
+        return {"env_vars": {"PYTHONPATH": os.pathsep.join([*folders, "${PYTHONPATH}"])}}
 
 
 class RayExecutor(Executor):
@@ -154,11 +191,13 @@ class RayExecutor(Executor):
             self._train_sizes, self._test_sizes = data.train_sizes(), data.test_sizes()
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
             self._spec_ref = ray.put(self._spec)
+            self.runtime_env = plugin_runtime_env(spec, data)
             self._actor_class = ray.remote(WorkerActor).options(
                 num_cpus=self.plan.cpus_per_worker,
                 num_gpus=self.plan.gpus_per_worker,
                 max_restarts=0,
                 max_task_retries=0,
+                **({"runtime_env": self.runtime_env} if self.runtime_env else {}),
             )
             self._actors = [self._new_actor() for _ in range(self.num_workers)]
             # Wait here: startup errors surface now, and startup is not timed as round 0.

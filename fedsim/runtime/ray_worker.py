@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from fedsim.data.federated import FederatedData
-from fedsim.runtime.wire import to_wire
 from fedsim.runtime.worker import ClientWorker, Task, WorkerSpec
+from fedsim.wire import to_wire
 
 
 class WorkerActor:

@@ -16,6 +16,7 @@ import torch
 from fedsim.data.federated import FederatedData
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout
+from lightning_modules.hooks import ClientTerms
 
 
 def prepare_batch(
@@ -65,8 +66,13 @@ def train_client(
     batch_size: int,
     generator: torch.Generator,
     device: torch.device | None = None,
+    terms: ClientTerms | None = None,
 ) -> TrainResult:
-    """SGD over the client's samples, shuffled per epoch; stops at the first non-finite loss."""
+    """SGD over the client's samples, shuffled per epoch; stops at the first non-finite loss.
+
+    ``terms`` (the algorithm's client terms) go to the module's ``training_step`` and
+    ``on_before_optimizer_step`` on every step; None trains on plain cross-entropy.
+    """
     module.train()
     optimizer = module.configure_optimizers()
     total, steps = 0.0, 0
@@ -75,13 +81,13 @@ def train_client(
         order = train_indices[torch.randperm(n, generator=generator).numpy()]
         for start in range(0, n, batch_size):
             batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
-            loss = module.training_step(batch, steps)
+            loss = module.training_step(batch, steps, terms=terms)
             value = float(loss.detach())
             if not math.isfinite(value):
                 return TrainResult(mean_loss=value, steps=steps, finite=False)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            module.on_before_optimizer_step(optimizer)
+            module.on_before_optimizer_step(optimizer, terms=terms)
             optimizer.step()
             total += value
             steps += 1

@@ -55,9 +55,11 @@ class ClientTask:
 class GradientTask:
     """Gradient of the mean CE loss at ``params`` on some of ``client``'s samples.
 
-    Samples: ``indices`` if given (e.g. a server-side validation set), else the client's
-    training split; ``num_samples`` draws a minibatch of that many from them, seeded by
-    (seed, round, client, ``key``), so it does not depend on the worker. No client terms.
+    A round of gradients instead of local training (SP-CACW: every client returns a
+    stochastic gradient at the target's model). Samples: ``indices`` if given (e.g. a
+    server-side validation set), else the client's training split; ``num_samples`` draws a
+    minibatch of that many from them, seeded by (seed, round, client, ``key``), so it does not
+    depend on the worker. No client terms.
     """
 
     client: int
@@ -69,28 +71,17 @@ class GradientTask:
     tag: Any = None  # returned as is, to match outputs to requests
 
 
-@dataclass
-class EvalTask:
-    """Accuracy and loss of ``params`` on ``client``'s test split (or on ``indices``)."""
-
-    client: int
-    params: torch.Tensor | None = None  # None: broadcast["params"]
-    indices: np.ndarray | None = None
-    tag: Any = None
-
-
-Task = ClientTask | GradientTask | EvalTask
+Task = ClientTask | GradientTask
 
 
 @dataclass
 class TaskOutput:
-    """What a GradientTask (``gradient``, mean ``loss``) or an EvalTask (``evaluation``) gave."""
+    """What a GradientTask gave: the ``gradient`` and the mean ``loss`` on ``num_samples``."""
 
     client: int
     tag: Any = None
     gradient: torch.Tensor | None = None
     loss: float | None = None
-    evaluation: EvalResult | None = None
     num_samples: int = 0
 
 
@@ -112,7 +103,7 @@ class ClientResult:
 class WorkerResult:
     sums: dict[str, WeightedSum] = field(default_factory=dict)
     clients: list[ClientResult] = field(default_factory=list)
-    outputs: list[TaskOutput] = field(default_factory=list)  # of GradientTask / EvalTask
+    outputs: list[TaskOutput] = field(default_factory=list)  # of GradientTasks
     train_seconds: float = 0.0
     compute_seconds: float = 0.0  # training + evaluation + gradients: the model's own work
     busy_seconds: float = 0.0
@@ -144,13 +135,10 @@ class ClientWorker:
                 result.train_seconds += client_result.train_seconds
                 result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
                 continue
-            began = time.perf_counter()
-            if isinstance(task, GradientTask):
-                result.outputs.append(self._gradient(round_idx, broadcast, task))
-            elif isinstance(task, EvalTask):
-                result.outputs.append(self._evaluate(broadcast, task))
-            else:
+            if not isinstance(task, GradientTask):
                 raise TypeError(f"unknown task type {type(task).__name__}")
+            began = time.perf_counter()
+            result.outputs.append(self._gradient(round_idx, broadcast, task))
             result.compute_seconds += time.perf_counter() - began
         result.busy_seconds = time.perf_counter() - start
         return result
@@ -188,22 +176,15 @@ class ClientWorker:
             num_samples=len(samples),
         )
 
-    def _evaluate(self, broadcast: dict[str, Any], task: EvalTask) -> TaskOutput:
-        self.flat.copy_(broadcast["params"] if task.params is None else task.params)
-        samples = self.data.clients[task.client].test if task.indices is None else task.indices
-        evaluation = evaluate_client(
+    def _evaluate(self, params: torch.Tensor, samples: np.ndarray) -> EvalResult:
+        """Accuracy and loss of ``params`` on ``samples`` (eval mode)."""
+        self.flat.copy_(params)
+        return evaluate_client(
             self.module,
             self.data,
             np.asarray(samples, dtype=np.int64),
             batch_size=self.spec.eval_batch_size,
             device=self.device,
-        )
-        return TaskOutput(
-            client=task.client,
-            tag=task.tag,
-            evaluation=evaluation,
-            loss=evaluation.loss_sum / max(evaluation.num_samples, 1),
-            num_samples=evaluation.num_samples,
         )
 
     def _run_client(
@@ -227,14 +208,7 @@ class ClientWorker:
         if task.evaluate:
             began = time.perf_counter()
             eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
-            self.flat.copy_(eval_params)
-            out.evaluation = evaluate_client(
-                self.module,
-                self.data,
-                split.test,
-                batch_size=self.spec.eval_batch_size,
-                device=self.device,
-            )
+            out.evaluation = self._evaluate(eval_params, split.test)
             out.eval_seconds = time.perf_counter() - began
         if not task.train:
             return out
@@ -242,19 +216,16 @@ class ClientWorker:
         self.flat.copy_(plan.train_params)
         seed = client_seed(self.spec.seed, round_idx, client)
         torch.manual_seed(seed)
-        self.module.client_terms = plan.terms
-        try:
-            trained = train_client(
-                self.module,
-                self.data,
-                split.train if plan.train_indices is None else plan.train_indices,
-                epochs=self.spec.epochs,
-                batch_size=self.spec.batch_size,
-                generator=torch.Generator().manual_seed(seed),
-                device=self.device,
-            )
-        finally:
-            self.module.client_terms = None
+        trained = train_client(
+            self.module,
+            self.data,
+            split.train if plan.train_indices is None else plan.train_indices,
+            epochs=self.spec.epochs,
+            batch_size=self.spec.batch_size,
+            generator=torch.Generator().manual_seed(seed),
+            device=self.device,
+            terms=plan.terms,
+        )
         out.train_loss = trained.mean_loss
         out.train_seconds = time.perf_counter() - began
         if not trained.finite or not bool(torch.isfinite(self.flat).all()):
@@ -278,8 +249,7 @@ class WorkerProbe:
         self.train_indices, self.test_indices = split.train, split.test
 
     def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> EvalResult:
-        task = EvalTask(client=self.client, params=params, indices=indices)
-        return self.worker._evaluate({}, task).evaluation
+        return self.worker._evaluate(params, self.test_indices if indices is None else indices)
 
     def gradient(
         self, params: torch.Tensor, indices: np.ndarray | None = None
@@ -313,7 +283,6 @@ class WorkerProbe:
             ).generate_state(1)[0]
         )
         torch.manual_seed(seed)
-        module.client_terms = terms
         for p in held:
             p.requires_grad_(False)  # no gradient is computed for the frozen part
         try:
@@ -325,9 +294,9 @@ class WorkerProbe:
                 batch_size=worker.spec.batch_size,
                 generator=torch.Generator().manual_seed(seed),
                 device=worker.device,
+                terms=terms,
             )
         finally:
-            module.client_terms = None
             for p in held:
                 p.requires_grad_(True)
         trained = worker._trained_params()

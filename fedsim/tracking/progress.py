@@ -42,6 +42,8 @@ class ProgressSink(Sink):
         if "acc_weighted" in record.summary:
             s = record.summary
             fields["acc"] = f"acc {s['acc_weighted']:.4f} (mean {s['acc_mean']:.4f})"
+        for warning in record.summary.get("warnings", []):
+            self.progress.console.print(f"[yellow]round {record.round}: warning: {warning}")
         self.progress.update(self.task, advance=1, **fields)
 
     def close(self) -> None:

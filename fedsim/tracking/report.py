@@ -8,8 +8,9 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``client_accuracy_vs_classes.png``: final per-client accuracy vs classes the client holds;
 - ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples.
 
-An algorithm's own figure (cwFedAvg's ``row_norms.png``, drawn by ``fedsim.tracking.plots``
-at the end of a run from the final model state) is listed alongside when present.
+An algorithm's own figures (cwFedAvg's ``row_norms.png``...), drawn at the end of a run from
+its final state and redrawn by ``fedsim report`` from a final checkpoint, are the other PNGs
+in ``plots/``; they are listed alongside.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ CLIENT_DISTRIBUTION = "client_accuracy_distribution.png"
 VS_CLASSES = "client_accuracy_vs_classes.png"
 VS_SAMPLES = "client_accuracy_vs_samples.png"
 REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES)
-ALGORITHM_PLOTS = ("row_norms.png",)  # drawn at the end of a run by fedsim.tracking.plots
 
 
 @dataclass
@@ -220,5 +220,5 @@ def write_report(run_dir: str | Path) -> list[Path]:
         plot_final_vs(run, plots / VS_CLASSES, "classes"),
         plot_final_vs(run, plots / VS_SAMPLES, "samples"),
     ]
-    written += [plots / name for name in ALGORITHM_PLOTS if (plots / name).is_file()]
+    written += sorted(p for p in plots.glob("*.png") if p.name not in REPORT_PLOTS)
     return written

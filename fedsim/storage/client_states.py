@@ -1,12 +1,17 @@
 """Client state store: private per-client state (personal layers, control variates...).
 
 Owned by the driver, not by workers, so any worker can run any client and a lost worker
-loses nothing: a client's state is replaced only after its round succeeded.
+loses nothing: a client's state is replaced only after its round succeeded. An algorithm that
+keeps many models on the server (FedFomo) keeps them in a store of its own.
 
 States live in memory up to a byte budget; beyond it the least recently used ones are
 spilled to one file per client in a private temporary folder (tensors written as raw numpy
 buffers, pickle protocol 5), read back on ``get`` and deleted on ``close``. A round touches
 only its cohort, so the cost per round grows with the cohort, not with the registered clients.
+
+A store pickles by contents (every state, read back from disk where spilled), never by file
+paths: a checkpoint of a server state that holds a store can be loaded after the run that
+wrote it has deleted its spill folder, and unpickles into a working store of the same budget.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from fedsim.runtime.wire import to_wire
 from fedsim.sizes import nbytes
+from fedsim.wire import to_wire
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, when no budget is given
 
@@ -60,15 +65,9 @@ class ClientStateStore:
     # --- the mapping API ---
     def get(self, client: int) -> dict[str, Any] | None:
         """The client's state, or None if it has none (read back from disk if spilled)."""
-        entry = self._memory.get(client)
-        if entry is not None:
+        if client in self._memory:
             self._memory.move_to_end(client)
-            return entry[0]
-        path = self._spilled.get(client)
-        if path is None:
-            return None
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        return self._read(client)
 
     def put(self, client: int, state: dict[str, Any]) -> None:
         """Store ``state`` (replacing any older one), then spill the oldest beyond the budget."""
@@ -105,6 +104,21 @@ class ClientStateStore:
         """The private spill folder (None until the first spill)."""
         return self._spill_dir
 
+    # --- pickling: by contents ---
+    def __getstate__(self) -> dict[str, Any]:
+        """The budget and every client's state (spilled ones read back), not the spill files."""
+        return {
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "spill_root": self._spill_root,
+            "states": {client: self._read(client) for client in self.clients()},
+        }
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        """A working store with the same budget; states beyond it spill to a new folder."""
+        self.__init__(saved["memory_budget_bytes"], saved["spill_root"])  # type: ignore[misc]
+        for client, state in saved["states"].items():
+            self.put(client, state)
+
     # --- lifecycle ---
     def close(self) -> None:
         """Forget every state and delete the spill folder."""
@@ -122,6 +136,17 @@ class ClientStateStore:
         self.close()
 
     # --- internals ---
+    def _read(self, client: int) -> dict[str, Any] | None:
+        """The client's state without touching the recency order."""
+        entry = self._memory.get(client)
+        if entry is not None:
+            return entry[0]
+        path = self._spilled.get(client)
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
     def _discard(self, client: int) -> None:
         entry = self._memory.pop(client, None)
         if entry is not None:

@@ -1,0 +1,99 @@
+"""Bit-level fingerprint of every registered algorithm: a refactor must leave it unchanged.
+
+Runs each algorithm (and the FedAvg-family weightings) for a few rounds on mnist-5k with the
+local executor and prints one line per run: the SHA-256 of the round summaries (wall-clock
+keys dropped) and of the final server state's tensors. Compare two checkouts with
+
+    python benchmarks/fingerprint.py > before.txt   # on the old commit
+    python benchmarks/fingerprint.py > after.txt    # on the new one
+    diff before.txt after.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from typing import Any
+
+import torch
+
+from fedsim.config import load_config
+from fedsim.experiment import run_experiment
+
+TIMING_KEYS = ("seconds", "train_seconds_max_worker")
+
+RUNS: dict[str, list[str]] = {
+    "fedavg": ["algorithm.name=fedavg"],
+    "local": ["algorithm.name=local"],
+    "cwfedavg": ["algorithm.name=cwfedavg", "algorithm.wdr_lambda=0.01"],
+    "fedper": ["algorithm.name=fedper"],
+    "ditto": ["algorithm.name=ditto"],
+    "fedamp": ["algorithm.name=fedamp"],
+    "fedfomo": ["algorithm.name=fedfomo"],
+    "fedvg": ["algorithm.name=fedvg"],
+    "fedprox": ["algorithm.name=fedprox", "algorithm.mu=0.01"],
+    "fedprox-vg": ["algorithm.name=fedprox", "algorithm.mu=0.01", "algorithm.weighting=fedvg"],
+    "scaffold": ["algorithm.name=scaffold"],
+    "feddyn": ["algorithm.name=feddyn"],
+    "fedavgm": ["algorithm.name=fedavgm"],
+    "fedavgm-avg": ["algorithm.name=fedavgm", "algorithm.weighting=avg"],
+}
+
+BASE = [
+    "name=fingerprint",
+    "rounds=2",
+    "data.name=mnist-5k",
+    "data.num_clients=6",
+    "data.partition.name=dirichlet",
+    "data.partition.alpha=0.3",
+    "client.lr=0.05",
+    "join_ratio=0.7",
+    "runtime.executor=local",
+    "runtime.device=cpu",
+]
+
+
+def digest_state(value: Any, h: Any) -> None:
+    """Feed every tensor / number in a nested state into ``h`` in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            h.update(str(key).encode())
+            digest_state(value[key], h)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            digest_state(item, h)
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+        h.update(repr(value).encode())
+    elif hasattr(value, "__array__"):
+        import numpy as np
+
+        h.update(np.asarray(value).tobytes())
+
+
+def fingerprint(name: str, overrides: list[str]) -> str:
+    cfg = load_config(None, BASE + overrides)
+    with tempfile.TemporaryDirectory() as out:
+        result = run_experiment(cfg, out, progress=False, report=False)
+    history = [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in result.history]
+    metrics = hashlib.sha256(json.dumps(history, sort_keys=True).encode()).hexdigest()[:16]
+    state = hashlib.sha256()
+    digest_state(result.state.get("params", result.state), state)
+    return f"{name:<12} metrics={metrics} params={state.hexdigest()[:16]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"runs to fingerprint (default: all of {list(RUNS)})")
+    args = parser.parse_args(argv)
+    for name in args.names or list(RUNS):
+        print(fingerprint(name, RUNS[name]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Every config key with its type, default, allowed values and description (``fedsim keys``).
+
+Generated from the config dataclasses and each algorithm's ``Params`` so it cannot drift:
+the description is the field's ``doc`` metadata or the comment on its line in the source,
+the allowed values come from the same checks that validate a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import tokenize
+import types
+import typing
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from fedsim import config as config_module
+from fedsim.config import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One documented key."""
+
+    key: str
+    type: str
+    default: Any
+    allowed: str
+    description: str
+
+
+@cache
+def _line_comments(cls: type) -> dict[str, str]:
+    """field name -> the ``# comment`` ending its line in ``cls``'s source ('' if none)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    comments: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+        elif tok.type == tokenize.NAME and tok.start[1] == 4 and tok.start[0] not in names:
+            names[tok.start[0]] = tok.string
+    return {name: comments.get(line, "") for line, name in names.items()}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _allowed(cls: type, key: str, f: dataclasses.Field) -> str:
+    check = config_module.field_check(cls, f.name)
+    if check is not None:
+        return check[1]
+    if key in config_module._CHECKS:
+        return config_module._CHECKS[key][1]
+    return ""
+
+
+def _description(cls: type, f: dataclasses.Field) -> str:
+    """The field's ``doc`` metadata, else its line comment in the nearest class declaring one."""
+    for klass in cls.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(f.name)
+        if declared is None:
+            continue
+        text = (declared.metadata or {}).get("doc") or _line_comments(klass).get(f.name, "")
+        if text:
+            return text
+    return ""
+
+
+def _type_text(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        inner = [_type_text(a) for a in args if a is not type(None)]
+        return " | ".join(inner) + (" | null" if type(None) in args else "")
+    if origin is list:
+        return f"list[{', '.join(_type_text(a) for a in typing.get_args(tp))}]"
+    if tp is Any:
+        return "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+def dataclass_keys(cls: type, prefix: str = "") -> list[KeyDoc]:
+    """Every leaf key of dataclass ``cls`` (nested dataclasses flattened with dots)."""
+    hints = typing.get_type_hints(cls)
+    docs: list[KeyDoc] = []
+    for f in dataclasses.fields(cls):
+        key, tp = f"{prefix}{f.name}", hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            docs.extend(dataclass_keys(tp, f"{key}."))
+            continue
+        if f.name == "params" and cls is config_module.AlgorithmConfig:
+            continue  # the chosen algorithm's own keys, listed per algorithm
+        docs.append(
+            KeyDoc(key, _type_text(tp), _default(f), _allowed(cls, key, f), _description(cls, f))
+        )
+    return docs
+
+
+def experiment_keys() -> list[KeyDoc]:
+    """The keys every experiment has (algorithm-specific keys excluded)."""
+    return dataclass_keys(ExperimentConfig)
+
+
+def algorithm_keys(name: str) -> list[KeyDoc]:
+    """``algorithm.<key>`` of algorithm ``name`` (its Params dataclass)."""
+    from fedsim.algorithms.registry import get_algorithm_class
+
+    return dataclass_keys(get_algorithm_class(name).Params, "algorithm.")
+
+
+def algorithm_names() -> list[str]:
+    """Every registered algorithm's config name."""
+    from fedsim.algorithms.registry import ALGORITHMS, get_algorithm_class
+
+    get_algorithm_class("fedavg")  # fills the registry
+    return sorted(ALGORITHMS)
+
+
+def all_keys() -> dict[str, list[KeyDoc]]:
+    """Section name -> its keys: ``experiment`` and one entry per algorithm."""
+    return {"experiment": experiment_keys(), **{n: algorithm_keys(n) for n in algorithm_names()}}
+
+
+def select(section: str | None) -> list[KeyDoc]:
+    """Keys under ``section``: a dotted prefix (``data``, ``runtime``), or an algorithm name.
+
+    ConfigError (one line) when nothing matches.
+    """
+    from fedsim.errors import ConfigError
+
+    if section is None:
+        return experiment_keys()
+    names = algorithm_names()
+    name = section.removeprefix("algorithm.")
+    if name in names:
+        return algorithm_keys(name)
+    found = [k for k in experiment_keys() if k.key == section or k.key.startswith(f"{section}.")]
+    if not found:
+        sections = sorted({k.key.split(".")[0] for k in experiment_keys() if "." in k.key})
+        raise ConfigError(
+            "section",
+            section,
+            f"allowed: {', '.join(sections)}, or an algorithm: {', '.join(names)}",
+        )
+    return found
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def render_text(keys: list[KeyDoc]) -> str:
+    """Aligned plain-text lines: key, type, default, allowed values, description."""
+    rows = [(k.key, k.type, _show(k.default), k.allowed, k.description) for k in keys]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)] if rows else [0, 0, 0]
+    lines = []
+    for key, tp, default, allowed, description in rows:
+        text = f"{key:<{widths[0]}}  {tp:<{widths[1]}}  {default:<{widths[2]}}"
+        notes = "; ".join(part for part in (allowed, description) if part)
+        lines.append(f"{text}  {notes}".rstrip())
+    return "\n".join(lines)
+
+
+def render_markdown(keys: list[KeyDoc]) -> str:
+    """A Markdown table of ``keys`` (the README's key tables are made with this)."""
+    out = ["| key | type | default | allowed | what it is |", "|---|---|---|---|---|"]
+    for k in keys:
+        cells = [f"`{k.key}`", k.type, f"`{_show(k.default)}`", k.allowed, k.description]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out)

@@ -1,0 +1,91 @@
+"""A round's record from its client results: the summary line, the per-client rows, warnings.
+
+Pure functions of what the workers returned; the simulation logs what they build.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fedsim.metrics import summarize_clients
+from fedsim.runtime.worker import ClientResult, WorkerResult
+from fedsim.tracking.base import ClientRow, RoundRecord
+
+
+def aggregation_shares(results: list[ClientResult]) -> dict[int, float]:
+    """Each trained client's share of the round's aggregate: its weight over the summed
+    weight, averaged over the weighted sums the algorithm keeps (FedAvg: n_i / sum n;
+    FedVG: its validation-gradient weight; ``avg`` mode: the mean of the two)."""
+    totals: dict[str, float] = {}
+    for c in results:
+        for key, weight in c.weights.items():
+            totals[key] = totals.get(key, 0.0) + weight
+    shares = {}
+    for c in results:
+        parts = [w / totals[k] for k, w in c.weights.items() if totals[k] > 0]
+        if parts:
+            shares[c.client] = float(np.mean(parts))
+    return shares
+
+
+def failure_warning(failed: list[int], cohort: set[int], diverged: bool) -> str:
+    """The round's warning line for clients whose loss turned non-finite."""
+    text = f"{len(failed)} of {len(cohort) or len(failed)} clients had non-finite losses"
+    if diverged:
+        return f"{text}: more than max_failed_fraction, the run stops"
+    if cohort and len(failed) == len(cohort):
+        return f"{text}: no client finished, the model did not change this round"
+    return f"{text} and were left out of the aggregate"
+
+
+def round_summary(
+    results: list[ClientResult],
+    worker_results: list[WorkerResult],
+    failed: list[int],
+    began: float,
+) -> dict[str, Any]:
+    """metrics.jsonl's line for a round: accuracies, train loss, counts and timings."""
+    summary: dict[str, Any] = {}
+    evaluated = [c.evaluation for c in results if c.evaluation is not None]
+    if evaluated:
+        summary.update(
+            summarize_clients(
+                np.array([e.correct for e in evaluated]),
+                np.array([e.num_samples for e in evaluated]),
+                np.array([e.loss_sum for e in evaluated]),
+            )
+        )
+    losses = [c.train_loss for c in results if c.train_loss is not None and not c.failed]
+    if losses:
+        summary["train_loss"] = float(np.mean(losses))
+    summary["num_trained"] = sum(c.train_loss is not None for c in results) - len(failed)
+    if failed:
+        summary["failed_clients"] = failed
+    summary["seconds"] = time.perf_counter() - began
+    summary["train_seconds_max_worker"] = max((w.train_seconds for w in worker_results), default=0)
+    return summary
+
+
+def round_record(
+    round_idx: int, summary: dict[str, Any], results: list[ClientResult], num_classes: np.ndarray
+) -> RoundRecord:
+    """The round's record: its summary and one row per evaluated client."""
+    record = RoundRecord(round=round_idx, summary=summary)
+    shares = aggregation_shares(results)
+    record.clients = [
+        ClientRow(
+            client=c.client,
+            round=round_idx,
+            accuracy=c.evaluation.correct / max(c.evaluation.num_samples, 1),
+            loss=c.evaluation.loss_sum / max(c.evaluation.num_samples, 1),
+            n=c.evaluation.num_samples,
+            classes=int(num_classes[c.client]),
+            weight=shares.get(c.client),
+        )
+        for c in results
+        if c.evaluation is not None
+    ]
+    return record

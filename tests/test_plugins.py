@@ -1,0 +1,180 @@
+"""Plug-ins by import path: a user's model, dataset loader and algorithm, named in the config
+as ``module:attribute``, run without editing fedsim (the example package in examples/),
+locally and through the Ray pool, which ships the package to its workers."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import untimed
+
+from fedsim.algorithms.base import FederationInfo, WeightedSum
+from fedsim.cli import main
+from fedsim.config import load_config
+from fedsim.errors import ConfigError
+from fedsim.runtime.factory import make_executor
+from fedsim.simulation import Simulation
+from lightning_modules.registry import model_class
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+PLUGINS = [
+    "model.name=fedsim_plugins.nets:TinyMLP",
+    "data.name=fedsim_plugins.data:mnist_14px",
+    "algorithm.name=fedsim_plugins.algos:FedMedian",
+]
+SMALL = ["rounds=2", "data.num_clients=6", "data.partition.name=iid", "runtime.executor=local"]
+
+
+@pytest.fixture(autouse=True)
+def examples_on_path(monkeypatch):
+    """What ``PYTHONPATH=examples`` does for a user; the package is not installed."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def test_import_paths_resolve_while_the_config_is_validated():
+    cfg = load_config("configs/quickstart.yaml", [*PLUGINS, "algorithm.trim=1"])
+    assert cfg.model.name == "fedsim_plugins.nets:TinyMLP"
+    assert type(cfg.algorithm.params).__name__ == "FedMedianParams"
+    assert cfg.algorithm.params.trim == 1
+    assert cfg.to_dict()["algorithm"] == {"name": "fedsim_plugins.algos:FedMedian", "trim": 1}
+    with pytest.raises(ConfigError, match=r"algorithm\.tirm.*unknown key"):
+        load_config(None, [PLUGINS[2], "algorithm.tirm=1"])
+
+
+def test_built_in_names_resolve_as_before():
+    from lightning_modules.cnn import FedAvgCNN
+    from lightning_modules.resnet import ResNet18
+
+    assert model_class("fedavg_cnn") is FedAvgCNN and model_class("resnet18") is ResNet18
+    assert model_class("lightning_modules.cnn:FedAvgCNN") is FedAvgCNN  # the same path
+    cfg = load_config(None, [])
+    assert (cfg.model.name, cfg.data.name, cfg.algorithm.name) == (
+        "fedavg_cnn",
+        "mnist-5k",
+        "fedavg",
+    )
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (
+            "model.name=no_such_pkg.nets:Net",
+            "model.name='no_such_pkg.nets:Net': module 'no_such_pkg.nets' does not import "
+            "(ModuleNotFoundError: No module named 'no_such_pkg')",
+        ),
+        (
+            "model.name=fedsim_plugins.nets:Nope",
+            "model.name='fedsim_plugins.nets:Nope': module 'fedsim_plugins.nets' has no "
+            "attribute 'Nope'",
+        ),
+        (
+            "model.name=fedsim_plugins.algos:FedMedian",
+            "model.name='fedsim_plugins.algos:FedMedian': FedMedian is not a subclass of "
+            "lightning_modules.base.FLModule",
+        ),
+        ("model.name=:TinyMLP", "model.name=':TinyMLP': expected module:attribute"),
+        ("model.name=resnet", "model.name='resnet': allowed: fedavg_cnn, resnet18, or module:"),
+        (
+            "data.name=fedsim_plugins.data:nothing",
+            "data.name='fedsim_plugins.data:nothing': module 'fedsim_plugins.data' has no "
+            "attribute 'nothing'",
+        ),
+        (
+            "data.name=fedsim_plugins.data:np",
+            "data.name='fedsim_plugins.data:np': module is not callable",
+        ),
+        (
+            "data.name=fedsim_plugins.data:ImageDataset",
+            "required parameter 'name' is never passed",
+        ),
+        ("data.name=imagenet", "data.name='imagenet': allowed: mnist-5k"),
+        (
+            "algorithm.name=fedsim_plugins.nets:TinyMLP",
+            "algorithm.name='fedsim_plugins.nets:TinyMLP': TinyMLP is not a subclass of "
+            "fedsim.algorithms.base.Algorithm",
+        ),
+        (
+            "algorithm.name=fedsim_plugins.algos:missing",
+            "module 'fedsim_plugins.algos' has no attribute 'missing'",
+        ),
+        ("algorithm.name=fedmedian", "allowed: cwfedavg,"),
+    ],
+)
+def test_a_bad_path_is_one_line_exit_2_before_any_run_folder(override, expected, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "configs/quickstart.yaml", override, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert expected in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_a_loader_returning_the_wrong_type_is_a_config_error(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["data.name=fedsim_plugins.nets:TinyMLP", *SMALL, "--out", str(out)]
+    assert main(["run", "configs/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    assert "data.name='fedsim_plugins.nets:TinyMLP': returned TinyMLP, not an ImageDataset" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_fed_median_aggregates_the_coordinate_wise_median():
+    from fedsim_plugins.algos import FedMedian, FedMedianParams
+
+    info = FederationInfo(None, 5, 10, None, None, [], [], {})
+    models = {c: torch.tensor([float(c), 10.0 - c, c * c]) for c in range(5)}
+    state = {"params": torch.zeros(3)}
+    plain = FedMedian(FedMedianParams(), info).aggregate(state, {}, models, 0)
+    assert torch.equal(plain["params"], torch.tensor([2.0, 8.0, 4.0]))
+    models[4] = torch.tensor([1e6, -1e6, 1e6])  # one corrupted client moves nothing
+    trimmed = FedMedian(FedMedianParams(trim=1), info).aggregate(
+        state, {"x": WeightedSum()}, models, 0
+    )
+    assert torch.equal(trimmed["params"], torch.tensor([2.0, 8.0, 4.0]))
+    assert FedMedian(FedMedianParams(), info).aggregate(state, {}, {}, 0) is state
+
+
+def test_only_user_code_is_shipped_to_ray_workers():
+    from fedsim.plugins import config_plugin_paths, plugin_paths
+
+    cfg = load_config("configs/quickstart.yaml", PLUGINS)
+    names = (cfg.model.name, cfg.data.name, cfg.algorithm.name)
+    assert config_plugin_paths(*names) == [str(EXAMPLES / "fedsim_plugins")]
+    assert config_plugin_paths("fedavg_cnn", "mnist-5k", "lightning_modules.cnn:FedAvgCNN") == []
+    installed = ["numpy.linalg", "torch", "json", "fedsim.algorithms.fedavg", "ray_jobs"]
+    assert plugin_paths(installed) == []
+
+
+def run(cfg):
+    sim = Simulation(cfg)
+    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as executor:
+        return sim, executor, sim.run(executor)
+
+
+def test_plugins_train_real_digits_in_process():
+    cfg = load_config("configs/quickstart.yaml", [*PLUGINS, *SMALL])
+    sim, _, result = run(cfg)
+    assert sim.data.dataset.images.shape == (5000, 1, 14, 14)
+    assert sim.federation.head_names == ["head.weight", "head.bias"]
+    assert [h["num_trained"] for h in result.history] == [6, 6, 0]
+    assert result.summary["final"]["acc_weighted"] > 0.6  # 10 classes: chance is 0.1
+
+
+@pytest.mark.slow
+def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
+    """The workers import the package from what the executor uploaded (not from sys.path:
+    the session's Ray was started before examples/ was on this process's path)."""
+    cfg = load_config("configs/quickstart.yaml", [*PLUGINS, *SMALL])
+    ray_cfg = dataclasses.replace(
+        cfg, runtime=dataclasses.replace(cfg.runtime, executor="ray", workers=1)
+    )
+    _, pool, pooled = run(ray_cfg)
+    assert [m.startswith("gcs://") for m in pool.runtime_env["py_modules"]] == [True]
+    _, _, local = run(cfg)
+    assert untimed(pooled.history) == untimed(local.history)
+    assert torch.equal(pooled.state["params"], local.state["params"])

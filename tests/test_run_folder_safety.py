@@ -1,0 +1,199 @@
+"""A run never mixes with another, never leaves half a folder, and stops cleanly.
+
+Regression tests for issue 13: ``--out`` on a file or an existing run, ``--overwrite``,
+runtime errors that used to leave an empty ``runs/``, divergence, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim.cli import main
+
+TINY = [
+    "rounds=2",
+    "data.num_clients=4",
+    "data.max_samples=400",
+    "runtime.executor=local",
+    "client.lr=0.05",
+]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_out_on_a_file_or_under_a_file_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "run"):
+        code, err = run_cli(["run", "configs/quickstart.yaml", *TINY, "--out", str(out)], capsys)
+        assert code == 2 and "--out" in one_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_existing_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert (
+        run_cli(
+            ["run", "configs/quickstart.yaml", *TINY, "--out", str(out), "--no-progress"], capsys
+        )[0]
+        == 0
+    )
+    (out / "stale.txt").write_text("from an older run")
+    first = (out / "metrics.jsonl").read_text()
+    code, err = run_cli(["run", "configs/quickstart.yaml", *TINY, "--out", str(out)], capsys)
+    line = one_line(err)
+    assert code == 2 and "--resume" in line and "--overwrite" in line
+    assert (out / "metrics.jsonl").read_text() == first  # untouched
+    code, _ = run_cli(
+        [
+            "run",
+            "configs/quickstart.yaml",
+            *TINY,
+            "--out",
+            str(out),
+            "--overwrite",
+            "--no-progress",
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert not (out / "stale.txt").exists()  # cleared first
+    assert (out / "metrics.jsonl").read_text().count("\n") == 3
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("runtime.device=cuda", "runtime.device"),
+        ("runtime.gpus_per_worker=1", "runtime.gpus_per_worker"),
+    ],
+)
+def test_impossible_runtime_leaves_no_folder(override, key, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    executor = "runtime.executor=ray" if "gpus" in override else "runtime.executor=local"
+    config = Path(__file__).parents[1] / "configs" / "quickstart.yaml"
+    code, err = run_cli(["run", str(config), *TINY, executor, override], capsys)
+    assert code == 2 and one_line(err).startswith(f"fedsim: error: {key}=")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_divergence_stops_with_a_status_and_the_rounds_it_ran(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, err = run_cli(
+        ["run", "configs/quickstart.yaml", *TINY, "rounds=3", "client.lr=1e30", "--out", str(out)],
+        capsys,
+    )
+    assert code == 1 and "non-finite" in one_line(err)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert summary["rounds_completed"] == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["warnings"] and rows[-1]["failed_clients"]
+    assert (out / "clients.csv").read_text().count("\n") > 1  # rows, not just the header
+
+
+def test_every_failed_round_warns_even_when_the_run_goes_on(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _ = run_cli(
+        [
+            "run",
+            "configs/quickstart.yaml",
+            *TINY,
+            "client.lr=1e30",
+            "max_failed_fraction=1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capsys,
+    )
+    assert code == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("no client finished" in r["warnings"][0] for r in rows if r["round"] < 2)
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_prints_the_resume_command_and_exits_130(tmp_path):
+    out = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "fedsim.cli",
+        "run",
+        "configs/quickstart.yaml",
+        "rounds=30",
+        "data.num_clients=4",
+        "data.max_samples=600",
+        "runtime.executor=local",
+        "checkpoint_every=100",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        argv, stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[1]
+    )
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+        not metrics.exists() or metrics.read_text().count("\n") < 3
+    ):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stopped = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - stopped < 15
+    assert proc.returncode == 130, err
+    line = one_line(err)
+    assert "--resume" in line and str(out) in line
+    done = json.loads((out / "summary.json").read_text())
+    assert done["status"] == "interrupted"
+    assert list((out / "checkpoints").glob("round_*.pt"))  # saved though checkpoint_every=100
+    command = line.split("resume with: ", 1)[1]
+    assert command.startswith("fedsim run ")
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fedsim.cli", *command.split()[1:], "rounds=4", "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[1],
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    straight = tmp_path / "straight"
+    subprocess.run(
+        [*argv[:5], "rounds=4", *argv[6:-3], "--out", str(straight), "--no-progress"],
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).parents[1],
+        timeout=300,
+    )
+
+    def untimed(path: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in r.items() if k not in ("seconds", "train_seconds_max_worker")}
+            for r in rows
+        ]
+
+    assert untimed(out) == untimed(straight)
