@@ -117,7 +117,12 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line on stderr (exit 2), like config errors."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"fedsim: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"fedsim: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped: one terminal line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as err:
-        print(f"fedsim: error: {err}", file=sys.stderr)
+        print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 2
     except ClientFailureError as err:
-        print(f"fedsim: error: {err}", file=sys.stderr)
+        print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 1
 
 

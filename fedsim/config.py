@@ -1,8 +1,8 @@
-"""Typed experiment config: YAML + dotted ``key=value`` overrides, validated before any work.
+"""Typed experiment config, validated before any work (YAML and overrides: config_yaml.py).
 
-Every error is a ``ConfigError`` naming the dotted key, the value and what is allowed.
-The ``algorithm`` section holds ``name`` plus the chosen algorithm's own keys, validated
-against that algorithm's ``Params`` dataclass.
+Every error is a ``ConfigError`` naming the dotted key, the value and what is allowed; each
+field's range is declared on it with ``checked`` (fedsim/checks.py), as ``fedsim keys`` shows.
+``algorithm`` holds ``name`` plus that algorithm's own keys (its ``Params`` dataclass).
 """
 
 from __future__ import annotations
@@ -12,111 +12,24 @@ import math
 import re
 import types
 import typing
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fedsim.checks import checked, field_check
+from fedsim.config_yaml import apply_overrides, read_yaml_mapping
 from fedsim.errors import ConfigError
 
 
-@dataclass
-class PartitionConfig:
-    name: str = "dirichlet"  # iid | dirichlet | pathological
-    alpha: float = 0.1  # Dirichlet concentration (dirichlet)
-    classes_per_client: int = 2  # k (pathological)
-
-
-@dataclass
-class DataConfig:
-    name: str = "mnist-5k"
-    root: str = "data"
-    num_clients: int = 20
-    train_ratio: float = 0.75
-    download: bool = True
-    max_samples: int | None = None  # a stratified subset before partitioning; null: all
-    partition: PartitionConfig = field(default_factory=PartitionConfig)
-
-
-@dataclass
-class ModelConfig:
-    name: str = "fedavg_cnn"
-
-
-@dataclass
-class ClientConfig:
-    epochs: int = 1
-    lr: float = 0.005
-    batch_size: int = 10
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    eval_batch_size: int = 500
-
-
-@dataclass
-class RuntimeConfig:
-    executor: str = "ray"  # ray (a pool of worker actors) | local (in this process)
-    device: str = "auto"  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
-    # Ray pool size; None: fill the machine (one per CPU, or workers_per_gpu per GPU). Only
-    # with executor=ray: the local executor runs one worker in this process (set: an error).
-    workers: int | None = None
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float | None = None  # None: 1/workers_per_gpu on a GPU cluster, else 0
-    workers_per_gpu: int = 1  # how many workers share one GPU when gpus_per_worker is None
-    address: str | None = None  # "auto" or a cluster address; None: RAY_ADDRESS or a local Ray
-    state_memory_gb: float | None = None  # client states in memory beyond it spill to disk
-
-
-@dataclass
-class AlgorithmConfig:
-    name: str = "fedavg"
-    params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
-
-
-@dataclass
-class WandbConfig:
-    """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
-
-    enabled: bool = False
-    project: str = "fedsim"
-    entity: str | None = None
-    group: str | None = None  # runs of one sweep or comparison side by side
-    tags: list[str] = field(default_factory=list)
-    mode: str = "online"  # online | offline | disabled; online falls back to offline
-    max_client_series: int = 20  # per-client accuracy curves for clients 0..N-1
-
-
-@dataclass
-class TrackingConfig:
-    """``tracking``: where a run is mirrored besides its run folder."""
-
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-
-
-@dataclass
-class ExperimentConfig:
-    name: str = "experiment"
-    seed: int = 0
-    rounds: int = 20
-    join_ratio: float = 1.0
-    eval_every: int = 1
-    checkpoint_every: int = 0  # save the full state every N rounds and after the last (0: never)
-    max_failed_fraction: float = 0.5  # stop if more of a cohort has non-finite losses
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    client: ClientConfig = field(default_factory=ClientConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
-        out = dataclasses.asdict(self)
-        params = out["algorithm"].pop("params") or {}
-        out["algorithm"].update(params)
-        return out
+def is_run_name(value: str) -> bool:
+    """A run name is one folder under runs/: no separators, no leading dot, printable."""
+    return (
+        bool(value)
+        and value.isprintable()
+        and not value.startswith(".")
+        and not any(sep in value for sep in ("/", "\\", "\0"))
+        and len(value.encode("utf-8", "surrogateescape")) <= 200
+    )
 
 
 def _model_resolves(name: str) -> bool:
@@ -134,88 +47,179 @@ def _dataset_resolves(name: str) -> bool:
     return True
 
 
-# --- value checks: key -> (predicate, what is allowed) ---
-def is_run_name(value: str) -> bool:
-    """A run name is one folder under runs/: no separators, no leading dot, printable."""
-    return (
-        bool(value)
-        and value.isprintable()
-        and not value.startswith(".")
-        and not any(sep in value for sep in ("/", "\\", "\0"))
-        and len(value.encode("utf-8", "surrogateescape")) <= 200
+_PARTITIONS = ("iid", "dirichlet", "pathological", "relabel", "rotation", "clustered")
+
+
+@dataclass
+class PartitionConfig:
+    name: str = checked(  # iid | dirichlet | pathological | relabel | rotation | clustered
+        "dirichlet", lambda v: v in _PARTITIONS, "allowed: " + ", ".join(_PARTITIONS)
+    )
+    alpha: float = checked(  # Dirichlet concentration (dirichlet; clustered: per cluster)
+        0.1, lambda v: v > 0, "must be > 0"
+    )
+    classes_per_client: int = checked(2, lambda v: v >= 1, "must be >= 1")  # k (pathological)
+    # Clusters C of relabel / rotation / clustered (client k in cluster k % C); null: 4 for
+    # relabel and clustered, continuous angles for rotation
+    clusters: int | None = checked(
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the setting's default)"
+    )
+    step: float = checked(  # rotation without clusters: client k turned k * step degrees
+        4.0, math.isfinite, "must be a finite number (degrees)"
+    )
+    base: str = checked(  # the split relabel / rotation start from: iid | dirichlet | pathological
+        "iid",
+        lambda v: v in ("iid", "dirichlet", "pathological"),
+        "allowed: iid, dirichlet, pathological",
+    )
+    sigma: float = checked(  # clustered: clients' spread around their cluster's class mix
+        1.0, lambda v: v > 0, "must be > 0"
     )
 
 
-_CHECKS: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
-    "name": (
-        is_run_name,
-        "must be a folder name: no '/' or '\\', not starting with '.', at most 200 bytes",
-    ),
-    "rounds": (lambda v: v >= 1, "must be >= 1"),
-    "join_ratio": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "eval_every": (lambda v: v >= 1, "must be >= 1"),
-    "checkpoint_every": (lambda v: v >= 0, "must be >= 0 (0: no checkpoints)"),
-    "max_failed_fraction": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    "data.num_clients": (lambda v: v >= 1, "must be >= 1"),
-    "data.train_ratio": (lambda v: 0 < v < 1, "must be in (0, 1)"),
-    "data.max_samples": (lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"),
-    "data.partition.name": (
-        lambda v: v in ("iid", "dirichlet", "pathological"),
-        "allowed: iid, dirichlet, pathological",
-    ),
-    "data.partition.alpha": (lambda v: v > 0, "must be > 0"),
-    "data.partition.classes_per_client": (lambda v: v >= 1, "must be >= 1"),
-    "client.epochs": (lambda v: v >= 1, "must be >= 1"),
-    "client.lr": (lambda v: v > 0, "must be > 0"),
-    "client.batch_size": (lambda v: v >= 1, "must be >= 1"),
-    "client.momentum": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
-    "client.weight_decay": (lambda v: v >= 0, "must be >= 0"),
-    "client.eval_batch_size": (lambda v: v >= 1, "must be >= 1"),
-    "model.name": (_model_resolves, "a built-in name or module:Class"),
-    "data.name": (_dataset_resolves, "a built-in name or module:function"),
-    "runtime.executor": (lambda v: v in ("local", "ray"), "allowed: local, ray"),
-    "runtime.device": (
+@dataclass
+class DataConfig:
+    name: str = checked(  # dataset: mnist-5k, mnist, fashion-mnist, cifar10, cifar100
+        "mnist-5k", _dataset_resolves, "a built-in name or module:function"
+    )
+    root: str = "data"  # folder the datasets are read from (and downloaded to)
+    num_clients: int = checked(20, lambda v: v >= 1, "must be >= 1")  # clients to split into
+    train_ratio: float = checked(  # each client's share for training; the rest is its test
+        0.75, lambda v: 0 < v < 1, "must be in (0, 1)"
+    )
+    download: bool = True  # download a built-in dataset missing under data.root
+    max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
+    )
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+
+
+@dataclass
+class ModelConfig:
+    name: str = checked(  # the network: fedavg_cnn, resnet18, or your module:Class
+        "fedavg_cnn", _model_resolves, "a built-in name or module:Class"
+    )
+
+
+@dataclass
+class ClientConfig:
+    epochs: int = checked(1, lambda v: v >= 1, "must be >= 1")  # local epochs per round
+    lr: float = checked(0.005, lambda v: v > 0, "must be > 0")  # client SGD learning rate
+    batch_size: int = checked(10, lambda v: v >= 1, "must be >= 1")  # training batch size
+    momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum
+    weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # SGD L2 penalty
+    eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
+
+
+@dataclass
+class RuntimeConfig:
+    executor: str = checked(  # ray (a pool of worker actors) | local (in this process)
+        "ray", lambda v: v in ("local", "ray"), "allowed: local, ray"
+    )
+    device: str = checked(  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
+        "auto",
         lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
         "allowed: auto, cpu, cuda, cuda:N",
-    ),
-    "runtime.workers": (lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"),
-    "runtime.cpus_per_worker": (lambda v: v > 0, "must be > 0"),
-    "runtime.gpus_per_worker": (
+    )
+    # Ray pool size; None: fill the machine (one per CPU, or workers_per_gpu per GPU). Only
+    # with executor=ray: the local executor runs one worker in this process (set: an error).
+    workers: int | None = checked(
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"
+    )
+    cpus_per_worker: float = checked(  # CPUs Ray reserves for each worker actor
+        1.0, lambda v: v > 0, "must be > 0"
+    )
+    gpus_per_worker: float | None = checked(  # None: 1/workers_per_gpu on a GPU cluster, else 0
+        None,
         lambda v: v is None or v >= 0,
         "must be >= 0 (fractions allowed; null: by runtime.workers_per_gpu)",
-    ),
-    "runtime.workers_per_gpu": (lambda v: v >= 1, "must be >= 1"),
-    "runtime.state_memory_gb": (
+    )
+    workers_per_gpu: int = checked(  # how many workers share one GPU when gpus_per_worker is None
+        1, lambda v: v >= 1, "must be >= 1"
+    )
+    address: str | None = None  # "auto" or a cluster address; None: RAY_ADDRESS or a local Ray
+    connect_timeout_s: float = checked(  # seconds for the Ray at runtime.address to answer
+        15.0, lambda v: v > 0, "must be > 0"
+    )
+    state_memory_gb: float | None = checked(  # client states in memory beyond it spill to disk
+        None,
         lambda v: v is None or v >= 0,
         "must be >= 0 (null: a quarter of the machine's memory)",
-    ),
-    "tracking.wandb.project": (lambda v: bool(v.strip()), "must be a non-empty string"),
-    "tracking.wandb.tags": (
-        lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
-        "must be a list of strings",
-    ),
-    "tracking.wandb.mode": (
+    )
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "fedavg"  # a built-in algorithm (fedsim keys lists them) or module:Class
+    params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
+
+
+@dataclass
+class WandbConfig:
+    """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
+
+    enabled: bool = False  # mirror the run to Weights & Biases
+    project: str = checked(  # the W&B project
+        "fedsim", lambda v: bool(v.strip()), "must be a non-empty string"
+    )
+    entity: str | None = None  # the W&B team or user; null: your default entity
+    group: str | None = None  # runs of one sweep or comparison side by side
+    tags: list[str] = checked(  # W&B run tags
+        predicate=lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
+        allowed="must be a list of strings",
+        factory=list,
+    )
+    mode: str = checked(  # online | offline | disabled; online falls back to offline
+        "online",
         lambda v: v in ("online", "offline", "disabled"),
         "allowed: online, offline, disabled",
-    ),
-    "tracking.wandb.max_client_series": (lambda v: v >= 0, "must be >= 0"),
-}
+    )
+    max_client_series: int = checked(  # per-client accuracy curves for clients 0..N-1
+        20, lambda v: v >= 0, "must be >= 0"
+    )
 
 
-def checked(default: Any, predicate: typing.Callable[[Any], bool], allowed: str) -> Any:
-    """A dataclass field whose range is declared next to it: ``build_dataclass`` raises a
-    ConfigError saying ``allowed`` unless ``predicate(value)``; a subclass that redeclares
-    the field (a new default) keeps the check."""
-    return field(default=default, metadata={"check": (predicate, allowed)})
+@dataclass
+class TrackingConfig:
+    """``tracking``: where a run is mirrored besides its run folder."""
+
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
-def field_check(cls: type, name: str) -> tuple[typing.Callable[[Any], bool], str] | None:
-    """The ``checked`` rule of field ``name``: its own, or the nearest base class's."""
-    for klass in cls.__mro__:
-        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
-        if declared is not None and "check" in declared.metadata:
-            return declared.metadata["check"]
-    return None
+@dataclass
+class ExperimentConfig:
+    name: str = checked(  # the run folder's name: runs/<name>
+        "experiment",
+        is_run_name,
+        "must be a folder name: no '/' or '\\', not starting with '.', at most 200 bytes",
+    )
+    seed: int = 0  # seeds the partition, the client sampling and the model's initial weights
+    rounds: int = checked(20, lambda v: v >= 1, "must be >= 1")  # communication rounds
+    join_ratio: float = checked(  # share of the clients sampled each round
+        1.0, lambda v: 0 < v <= 1, "must be in (0, 1]"
+    )
+    eval_every: int = checked(  # evaluate every N rounds (and after the last)
+        1, lambda v: v >= 1, "must be >= 1"
+    )
+    checkpoint_every: int = checked(  # save the full state every N rounds and after the last
+        0, lambda v: v >= 0, "must be >= 0 (0: no checkpoints)"
+    )
+    max_failed_fraction: float = checked(  # stop if more of a cohort has non-finite losses
+        0.5, lambda v: 0 <= v <= 1, "must be in [0, 1]"
+    )
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
+        out = dataclasses.asdict(self)
+        params = out["algorithm"].pop("params") or {}
+        out["algorithm"].update(params)
+        return out
 
 
 def _type_name(tp: Any) -> str:
@@ -275,71 +279,10 @@ def build_dataclass(
             kwargs[name] = build_dataclass(tp, value, f"{key}.")
         else:
             kwargs[name] = _coerce(key, value, tp)
-            if key in _CHECKS and not _CHECKS[key][0](kwargs[name]):
-                raise ConfigError(key, value, _CHECKS[key][1])
             rule = field_check(cls, name)
             if rule is not None and not rule[0](kwargs[name]):
                 raise ConfigError(key, kwargs[name], rule[1])
     return cls(**kwargs)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses duplicate keys (plain YAML lets the last one win)."""
-
-
-def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, Hashable) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key) if isinstance(key, Hashable) else None
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping
-)
-
-
-def parse_yaml(text: str, key: str) -> Any:
-    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``."""
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        problem = getattr(err, "problem", None) or err.__class__.__name__
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        detail = " ".join(f"{problem}{where}".split())
-        raise ConfigError(key, text, f"not valid YAML ({detail})") from None
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``a.b=value`` -> ("a.b", YAML-typed value)."""
-    if "=" not in text:
-        raise ConfigError("override", text, "expected key=value, e.g. rounds=50")
-    key, _, value = text.partition("=")
-    key = key.strip()
-    if not key or any(not part.isidentifier() for part in key.split(".")):
-        raise ConfigError("override", text, "expected dotted.key=value, e.g. client.lr=0.01")
-    return key, parse_yaml(value, key) if value.strip() else None
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted keys in a nested dict (unknown keys are caught by ``build_dataclass``)."""
-    for text in overrides:
-        key, value = parse_override(text)
-        node = raw
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(key, value, f"{part!r} is not a section")
-            node = child
-        node[parts[-1]] = value
-    return raw
 
 
 def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
@@ -348,7 +291,10 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
 
     raw = dict(raw or {})
     raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
-    algo_raw = dict(raw.pop("algorithm", None) or {})
+    algo_raw = raw.pop("algorithm", None) or {}
+    if not isinstance(algo_raw, dict):
+        raise ConfigError("algorithm", algo_raw, "must be a mapping of keys")
+    algo_raw = dict(algo_raw)
     name = algo_raw.pop("name", AlgorithmConfig.name)
     if not isinstance(name, str):
         raise ConfigError("algorithm.name", name, "must be a string")
@@ -364,28 +310,6 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     params = build_dataclass(algo_cls.Params, algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
     return cfg
-
-
-def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file's top-level mapping; ConfigError if missing, invalid or not a mapping."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("config", str(path), "file not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            "config", str(path), f"not UTF-8 text (byte {err.start}): save it as UTF-8"
-        ) from None
-    except OSError as err:
-        raise ConfigError("config", str(path), f"cannot be read ({err.strerror})") from None
-    try:
-        raw = parse_yaml(text, "config") or {}
-    except ConfigError as err:
-        raise ConfigError("config", str(path), err.allowed) from None
-    if not isinstance(raw, dict):
-        raise ConfigError("config", str(path), "must be a YAML mapping")
-    return raw
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -1,8 +1,9 @@
 """Every config key with its type, default, allowed values and description (``fedsim keys``).
 
 Generated from the config dataclasses and each algorithm's ``Params`` so it cannot drift:
-the description is the field's ``doc`` metadata or the comment on its line in the source,
-the allowed values come from the same checks that validate a config.
+the description is the field's ``doc`` metadata, else the comment ending its line in the
+source, else the comment lines right above it; the allowed values come from the same
+``checked`` declarations (fedsim/checks.py) that validate a config.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedsim import config as config_module
-from fedsim.config import ExperimentConfig
+from fedsim.checks import field_check
+from fedsim.config import AlgorithmConfig, ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -34,19 +35,29 @@ class KeyDoc:
 
 @cache
 def _line_comments(cls: type) -> dict[str, str]:
-    """field name -> the ``# comment`` ending its line in ``cls``'s source ('' if none)."""
+    """field name -> the ``# comment`` ending its line in ``cls``'s source, else the comment
+    lines right above it ('' if neither)."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
-    comments: dict[int, str] = {}
+    trailing: dict[int, str] = {}
+    above: dict[int, str] = {}  # comment-only lines
     names: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+            own_line = tok.line.lstrip().startswith("#")
+            (above if own_line else trailing)[tok.start[0]] = tok.string.lstrip("#").strip()
         elif tok.type == tokenize.NAME and tok.start[1] == 4 and tok.start[0] not in names:
             names[tok.start[0]] = tok.string
-    return {name: comments.get(line, "") for line, name in names.items()}
+    out = {}
+    for line, name in names.items():
+        block, prev = [], line - 1
+        while prev in above:
+            block.insert(0, above[prev])
+            prev -= 1
+        out[name] = trailing.get(line) or " ".join(block)
+    return out
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -57,13 +68,9 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def _allowed(cls: type, key: str, f: dataclasses.Field) -> str:
-    check = config_module.field_check(cls, f.name)
-    if check is not None:
-        return check[1]
-    if key in config_module._CHECKS:
-        return config_module._CHECKS[key][1]
-    return ""
+def _allowed(cls: type, f: dataclasses.Field) -> str:
+    check = field_check(cls, f.name)
+    return "" if check is None else check[1]
 
 
 def _description(cls: type, f: dataclasses.Field) -> str:
@@ -100,10 +107,10 @@ def dataclass_keys(cls: type, prefix: str = "") -> list[KeyDoc]:
         if dataclasses.is_dataclass(tp):
             docs.extend(dataclass_keys(tp, f"{key}."))
             continue
-        if f.name == "params" and cls is config_module.AlgorithmConfig:
+        if f.name == "params" and cls is AlgorithmConfig:
             continue  # the chosen algorithm's own keys, listed per algorithm
         docs.append(
-            KeyDoc(key, _type_text(tp), _default(f), _allowed(cls, key, f), _description(cls, f))
+            KeyDoc(key, _type_text(tp), _default(f), _allowed(cls, f), _description(cls, f))
         )
     return docs
 

@@ -1,6 +1,19 @@
-"""Small helpers shared by test modules."""
+"""Small helpers shared by test modules: configs, builders for the algorithm seam (federation,
+client info, a driven round), a fake probe and comparisons."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merge_sums
+from fedsim.config import load_config
+from fedsim.storage import ClientStateStore
+from lightning_modules.flat_params import ParamEntry, ParamLayout
 
 TIMING_KEYS = ("seconds", "train_seconds_max_worker")  # wall-clock: differ run to run
 
@@ -8,3 +21,154 @@ TIMING_KEYS = ("seconds", "train_seconds_max_worker")  # wall-clock: differ run 
 def untimed(history: list[dict]) -> list[dict]:
     """Round summaries without their wall-clock keys, for comparing two runs."""
     return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
+
+
+def quickstart(*overrides: str) -> Any:
+    """``configs/quickstart.yaml`` on the local executor, with ``overrides`` on top."""
+    return load_config("configs/quickstart.yaml", ["runtime.executor=local", *overrides])
+
+
+# ------------------------------------------------------------------ the algorithm seam
+
+
+def layout(params: Sequence[tuple[str, tuple[int, ...]]]) -> ParamLayout:
+    """A flat layout of ``(name, shape)`` tensors, one after the other in the given order."""
+    entries, offset = [], 0
+    for name, shape in params:
+        numel = math.prod(shape)
+        entries.append(ParamEntry(name, shape, offset, numel))
+        offset += numel
+    return ParamLayout(entries)
+
+
+def federation(
+    params: Sequence[tuple[str, tuple[int, ...]]] | ParamLayout,
+    sizes: Sequence[int] | None = None,
+    class_counts: np.ndarray | None = None,
+    *,
+    head: list[str] | None = None,
+    blocks: dict[str, list[str]] | None = None,
+    client_train_indices: list[np.ndarray] | None = None,
+) -> FederationInfo:
+    """A hand-made federation: one client per entry of ``sizes`` (its train size).
+
+    ``params``: ``(name, shape)`` pairs (see ``layout``) or a layout. ``class_counts``:
+    default ``[n, 0]`` per client (2 classes); given alone, ``sizes`` are its row sums.
+    ``head``: default the last tensor; ``blocks``: default one block per tensor."""
+    grid = params if isinstance(params, ParamLayout) else layout(params)
+    names = [e.name for e in grid.entries]
+    if class_counts is None:
+        class_counts = np.array([[n, 0] for n in sizes])
+    if sizes is None:
+        sizes = class_counts.sum(axis=1)
+    blocks = blocks or {name: [name] for name in names}
+    return FederationInfo(
+        layout=grid,
+        num_clients=len(sizes),
+        num_classes=class_counts.shape[1],
+        train_sizes=np.asarray(sizes),
+        class_counts=class_counts,
+        head_names=names[-1:] if head is None else head,
+        block_names=list(blocks),
+        block_parameters=dict(blocks),
+        client_train_indices=client_train_indices or [],
+    )
+
+
+def module_federation(module: Any, class_counts: np.ndarray) -> FederationInfo:
+    """The federation of an ``FLModule``: its layout, output layer (head) and blocks."""
+    return federation(
+        ParamLayout.from_module(module),
+        class_counts=class_counts,
+        head=module.head_parameters(1),
+        blocks={b: module.block_parameters(b) for b in module.block_names},
+    )
+
+
+def client_info(fed: FederationInfo, client: int, round_idx: int = 0, probe=None) -> ClientInfo:
+    """``Algorithm.client_info`` (the client's statistics in ``fed``), with a worker probe."""
+    return ClientInfo(
+        client=client,
+        num_train=int(fed.train_sizes[client]),
+        class_counts=fed.class_counts[client],
+        round=round_idx,
+        probe=probe,
+    )
+
+
+def leaf_params(flat: torch.Tensor, grid: ParamLayout) -> dict[str, torch.Tensor]:
+    """The tensors of ``grid`` as leaf parameters holding copies of ``flat``'s values."""
+    return {e.name: grid.view(flat, e.name).clone().requires_grad_(True) for e in grid.entries}
+
+
+def reduce_updates(updates: Sequence, workers: Sequence[int]) -> dict[str, WeightedSum]:
+    """Accumulate client updates on the given workers, then merge in worker order."""
+    parts: list[dict[str, WeightedSum]] = [{} for _ in range(max(workers, default=-1) + 1)]
+    for update, worker in zip(updates, workers, strict=True):
+        for key, (weight, value) in update.sums.items():
+            parts[worker].setdefault(key, WeightedSum()).add(weight, value)
+    return merge_sums(parts)
+
+
+def run_round(
+    algo,
+    state,
+    models: Mapping[int, torch.Tensor] | Sequence[torch.Tensor],
+    *,
+    round_idx: int = 0,
+    states: Mapping[int, Any] | None = None,
+    probes: Sequence[Any] | None = None,
+    workers: Sequence[Sequence[int]] | None = None,
+):
+    """Drive the seam like the runtime does: every client starts from the broadcast and
+    'trains' to ``models[c]``; the sums are reduced per worker (``workers``: the clients of
+    each, default one worker for all) and merged in order; ``probes[c]``: client c's probe.
+    Returns (new state, {client: update})."""
+    trained = dict(models) if isinstance(models, Mapping) else dict(enumerate(models))
+    states = states or {}
+    broadcast = algo.broadcast(state)
+    updates, order, where = {}, [], []
+    for worker, share in enumerate(workers or (tuple(trained),)):
+        for c in share:
+            info = client_info(algo.federation, c, round_idx, probes[c] if probes else None)
+            plan = algo.client_start(broadcast, {}, states.get(c), info)
+            updates[c] = algo.client_finish(plan, trained[c], states.get(c), info)
+            order.append(updates[c])
+            where.append(worker)
+    return algo.aggregate(state, reduce_updates(order, where), {}, round_idx), updates
+
+
+class FixedProbe:
+    """Returns the same validation gradient whatever the parameters."""
+
+    def __init__(self, grad: torch.Tensor):
+        self.grad = grad
+
+    def gradient(self, params, indices=None):
+        return self.grad.clone(), 0.0
+
+
+# ------------------------------------------------------------------ comparisons
+
+
+def assert_same(a: Any, b: Any, where: str = "state") -> None:
+    """Equal to the bit: tensors, arrays, stores (by contents), containers, plain values."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    elif isinstance(a, ClientStateStore):
+        assert a.clients() == b.clients(), where
+        for client in a.clients():
+            assert_same(a.get(client), b.get(client), f"{where}[{client}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where

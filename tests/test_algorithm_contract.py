@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import untimed
+from helpers import assert_same, untimed
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
@@ -96,29 +96,6 @@ def stores(value: Any) -> list[ClientStateStore]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in stores(v)]
     return []
-
-
-def assert_same(a: Any, b: Any, where: str = "state") -> None:
-    """Equal to the bit: tensors, arrays, stores (by contents), containers, plain values."""
-    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b, err_msg=where)
-    elif isinstance(a, ClientStateStore):
-        assert a.clients() == b.clients(), where
-        for client in a.clients():
-            assert_same(a.get(client), b.get(client), f"{where}[{client}]")
-    elif isinstance(a, dict):
-        assert list(a) == list(b), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.mark.parametrize("name", BUILT_IN)

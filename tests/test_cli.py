@@ -18,7 +18,7 @@ QUICK = ["rounds=1", "data.num_clients=4"]
         (["data.nmae=mnist"], "data.nmae='mnist': unknown key"),
         (["rounds=abc"], "rounds='abc': must be an integer"),
         (["client.lr=fast"], "client.lr='fast': must be a number"),
-        (["data.partition.alpha=0"], "data.partition.alpha=0: must be > 0"),
+        (["data.partition.alpha=0"], "data.partition.alpha=0.0: must be > 0"),
         (["data.partition.alpha=-1.5"], "data.partition.alpha=-1.5: must be > 0"),
         (["join_ratio=1.5"], "join_ratio=1.5: must be in (0, 1]"),
         (["data.partition.name=shards"], "data.partition.name='shards': allowed: iid"),

@@ -5,17 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import quickstart
 
-from fedsim.config import load_config
 from fedsim.experiment import run_experiment
 from fedsim.sizes import nbytes
 
 
 def config(*overrides: str):
-    return load_config(
-        "configs/quickstart.yaml",
-        ["runtime.executor=local", "data.num_clients=10", "join_ratio=0.3", *overrides],
-    )
+    return quickstart("data.num_clients=10", "join_ratio=0.3", *overrides)
 
 
 def test_nbytes_counts_each_tensor_once():

@@ -1,4 +1,5 @@
-"""cwFedAvg: hand-computed class-wise aggregation, its laws, WDR, configs, the heatmap."""
+"""cwFedAvg: hand-computed class-wise aggregation, its laws, configs, the heatmap (WDR:
+test_cwfedavg_wdr.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import client_info, module_federation, run_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum
+from fedsim.algorithms.base import FederationInfo
 from fedsim.algorithms.cwfedavg import (
     ROW_NORMS_PNG,
     CwFedAvg,
     CwFedAvgParams,
-    WDRTerms,
     estimated_proportions,
     mean_row_correlation,
-    wdr_penalty,
 )
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import load_config
@@ -27,7 +27,7 @@ from fedsim.errors import ConfigError
 from fedsim.figures import Figure
 from fedsim.tracking.plots import write_figures
 from lightning_modules.base import FLModule
-from lightning_modules.flat_params import ParamLayout, bind_flat_parameters
+from lightning_modules.flat_params import bind_flat_parameters
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 K = 3
@@ -48,26 +48,8 @@ class TinyNet(FLModule):
 
 
 def federation(class_counts: np.ndarray, module: FLModule | None = None) -> FederationInfo:
-    module = module or TinyNet(class_counts.shape[1])
-    return FederationInfo(
-        layout=ParamLayout.from_module(module),
-        num_clients=len(class_counts),
-        num_classes=class_counts.shape[1],
-        train_sizes=class_counts.sum(axis=1),
-        class_counts=class_counts,
-        head_names=module.head_parameters(1),
-        block_names=list(module.block_names),
-        block_parameters={b: module.block_parameters(b) for b in module.block_names},
-    )
-
-
-def info(fed: FederationInfo, client: int, round_idx: int = 0) -> ClientInfo:
-    return ClientInfo(
-        client=client,
-        num_train=int(fed.train_sizes[client]),
-        class_counts=fed.class_counts[client],
-        round=round_idx,
-    )
+    """One client per row of ``class_counts``, on ``module`` (default a TinyNet)."""
+    return module_federation(module or TinyNet(class_counts.shape[1]), class_counts)
 
 
 def flat(body: list[float], head_w: list[list[float]], head_b: list[float]) -> torch.Tensor:
@@ -75,23 +57,8 @@ def flat(body: list[float], head_w: list[list[float]], head_b: list[float]) -> t
     return torch.tensor(body + [v for row in head_w for v in row] + head_b, dtype=torch.float32)
 
 
-def run_round(algo, state, trained: dict[int, torch.Tensor], fed: FederationInfo, states=None):
-    """Drive the seam like the worker does: client_start, client_finish, weighted sums."""
-    states = states or {}
-    sums: dict[str, WeightedSum] = {}
-    new_states = {}
-    broadcast = algo.broadcast(state)
-    for client, params in trained.items():
-        plan = algo.client_start(broadcast, {}, states.get(client), info(fed, client))
-        update = algo.client_finish(plan, params, states.get(client), info(fed, client))
-        for key, (weight, value) in update.sums.items():
-            sums.setdefault(key, WeightedSum()).add(weight, value)
-        new_states[client] = update.state
-    return algo.aggregate(state, sums, {}, 0), new_states
-
-
 def personalized(algo, state, client: int, fed: FederationInfo, client_state=None) -> torch.Tensor:
-    plan = algo.client_start(algo.broadcast(state), {}, client_state, info(fed, client))
+    plan = algo.client_start(algo.broadcast(state), {}, client_state, client_info(fed, client))
     return plan.train_params if plan.eval_params is None else plan.eval_params
 
 
@@ -140,7 +107,7 @@ def test_hand_computed_true_r_all_layers() -> None:
     state = algo.init_state(torch.zeros(15))
     # client i uploads the constant vector c_i = 1, 2, 4
     trained = {i: torch.full((15,), c) for i, c in enumerate((1.0, 2.0, 4.0))}
-    state, _ = run_round(algo, state, trained, fed)
+    state, _ = run_round(algo, state, trained)
     # q_ij = n_ij / sum_k n_kj: class 0 (6, 0, 3)/9, class 1 (3, 10, 0)/13, class 2 (1, 10, 12)/23
     expected = [(6 * 1 + 3 * 4) / 9, (3 * 1 + 10 * 2) / 13, (1 * 1 + 10 * 2 + 12 * 4) / 23]
     for j in range(K):
@@ -163,7 +130,7 @@ def test_hand_computed_estimated_r_output_layer() -> None:
         1: flat([2, 2, 2, 2, 2, 2], [[0, 0], [2, 0], [0, 2]], [2, 2, 2]),
         2: flat([4, 4, 4, 4, 4, 4], [[1, 0], [0, 0], [0, 3]], [4, 4, 4]),
     }
-    state, client_states = run_round(algo, state, trained, fed)
+    state, updates = run_round(algo, state, trained)
     # u = n r: c0 (7.5, 2.5, 0), c1 (0, 10, 10), c2 (3.75, 0, 11.25)
     # q: class 0 (2/3, 0, 1/3); class 1 (.2, .8, 0); class 2 (0, 8/17, 9/17)
     expected_heads = [
@@ -176,9 +143,9 @@ def test_hand_computed_estimated_r_output_layer() -> None:
         torch.testing.assert_close(state["class_models"][j], head)
     # the rest is FedAvg: (10 * 1 + 20 * 2 + 15 * 4) / 45
     torch.testing.assert_close(state["params"][:6], torch.full((6,), 110 / 45))
-    torch.testing.assert_close(client_states[0]["r"], torch.tensor([0.75, 0.25, 0.0]))
+    torch.testing.assert_close(updates[0].state["r"], torch.tensor([0.75, 0.25, 0.0]))
     # next round, client 0 mixes by its own estimated r: 0.75 w_0^G + 0.25 w_1^G on the head
-    w0 = personalized(algo, state, 0, fed, client_states[0])
+    w0 = personalized(algo, state, 0, fed, updates[0].state)
     torch.testing.assert_close(w0[:6], torch.full((6,), 110 / 45))
     torch.testing.assert_close(
         w0[6:], 0.75 * state["class_models"][0] + 0.25 * state["class_models"][1]
@@ -191,7 +158,7 @@ def test_partial_participation_keeps_unheld_class_models() -> None:
     algo = CwFedAvg(CwFedAvgParams(class_weights="true", classwise_layers="all"), fed)
     initial = torch.arange(15, dtype=torch.float32)
     state = algo.init_state(initial)
-    state, _ = run_round(algo, state, {1: torch.full((15,), 7.0)}, fed)  # client 1: classes 1, 2
+    state, _ = run_round(algo, state, {1: torch.full((15,), 7.0)})  # client 1: classes 1, 2
     torch.testing.assert_close(state["class_models"][0], initial)  # nobody held class 0
     torch.testing.assert_close(state["class_models"][1], torch.full((15,), 7.0))
     torch.testing.assert_close(state["class_models"][2], torch.full((15,), 7.0))
@@ -215,7 +182,9 @@ def test_estimated_r_before_training_is_the_initial_heads_row_norms() -> None:
     algo = CwFedAvg(CwFedAvgParams(), fed)
     state = algo.init_state(flat_params.clone())
     expected = estimated_proportions(module.fc.weight.detach())
-    torch.testing.assert_close(algo.client_r(algo.broadcast(state), None, info(fed, 0)), expected)
+    torch.testing.assert_close(
+        algo.client_r(algo.broadcast(state), None, client_info(fed, 0)), expected
+    )
 
 
 def test_output_mode_server_stores_k_heads_only() -> None:
@@ -248,10 +217,10 @@ def test_identical_class_proportions_give_fedavg(sizes, proportions, layers, see
     gen = torch.Generator().manual_seed(seed)
     initial = torch.randn(15, generator=gen)
     trained = {i: torch.randn(15, generator=gen) for i in range(len(sizes))}
-    state, _ = run_round(algo, algo.init_state(initial), trained, fed)
+    state, _ = run_round(algo, algo.init_state(initial), trained)
 
     fedavg = FedAvg(FedAvg.Params(), fed)
-    fed_state, _ = run_round(fedavg, fedavg.init_state(initial), trained, fed)
+    fed_state, _ = run_round(fedavg, fedavg.init_state(initial), trained)
     for j in np.flatnonzero(p > 0):
         torch.testing.assert_close(
             state["class_models"][j], algo.classwise_part(fed_state["params"]), atol=1e-5, rtol=0
@@ -286,7 +255,7 @@ def test_one_class_per_client_gives_per_class_fedavg(assignment, weights, seed) 
         head = vector[6:12].view(K, 2)
         head[[c for c in range(K) if c != cls]] = 0.0  # row norms one-hot on the client's class
         trained[i] = vector
-    state, _ = run_round(algo, algo.init_state(initial), trained, fed)
+    state, _ = run_round(algo, algo.init_state(initial), trained)
     for j in range(K):
         members = [i for i, (cls, _) in enumerate(assignment) if cls == j]
         if not members:
@@ -296,97 +265,6 @@ def test_one_class_per_client_gives_per_class_fedavg(assignment, weights, seed) 
         stacked = torch.stack([trained[i].double() for i in members])
         expected = (n[:, None] * stacked).sum(0) / n.sum()
         torch.testing.assert_close(state["class_models"][j], expected.float(), atol=1e-5, rtol=0)
-
-
-# ---------------------------------------------------------------- WDR
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    proportions=st.lists(st.integers(0, 20), min_size=K, max_size=K).filter(lambda p: sum(p) > 0),
-    scale=st.floats(0.1, 10.0),
-    seed=st.integers(0, 2**16),
-)
-def test_wdr_is_zero_when_row_norms_match_p(proportions, scale, seed) -> None:
-    p = torch.tensor(proportions, dtype=torch.float32)
-    p = p / p.sum()
-    directions = torch.randn(K, 5, generator=torch.Generator().manual_seed(seed))
-    directions = directions / torch.linalg.vector_norm(directions, dim=1, keepdim=True)
-    weight = (directions * (scale * p)[:, None]).requires_grad_()
-    penalty = wdr_penalty(weight, p, wdr_lambda=10.0)
-    assert float(penalty.detach()) < 1e-5
-    penalty.backward()
-    assert torch.isfinite(weight.grad).all()
-
-
-def test_wdr_value_is_half_lambda_times_plain_l2_norm() -> None:
-    weight = torch.tensor([[3.0, 4.0], [0.0, 5.0], [0.0, 0.0]])  # p~ = (.5, .5, 0)
-    p = torch.tensor([1.0, 0.0, 0.0])
-    expected = 0.5 * 10.0 * float(np.sqrt(0.5**2 + 0.5**2))  # not squared
-    assert float(wdr_penalty(weight, p, 10.0)) == pytest.approx(expected)
-
-
-def test_wdr_gradient_reaches_only_the_output_weight() -> None:
-    from lightning_modules.cnn import FedAvgCNN
-
-    torch.manual_seed(0)
-    module = FedAvgCNN()
-    p = torch.zeros(10)
-    p[[2, 7]] = torch.tensor([0.3, 0.7])
-    terms = WDRTerms("fc.weight", p, wdr_lambda=10.0)
-    terms.loss(module.param_dict()).backward()
-    for name, param in module.named_parameters():
-        if name == "fc.weight":
-            assert param.grad is not None and float(param.grad.abs().sum()) > 0
-        else:
-            assert param.grad is None, name
-    # and through the module's own training step (CE + WDR), the body still trains by CE only
-    module.zero_grad(set_to_none=True)
-    x, y = torch.randn(4, 1, 28, 28), torch.tensor([2, 7, 7, 2])
-    with torch.no_grad():
-        with_wdr = module.training_step((x, y), terms=terms)
-        difference = with_wdr - module.training_step((x, y))
-        assert float(difference) == pytest.approx(float(terms.loss(module.param_dict())), rel=1e-5)
-
-
-def train_with_wdr(wdr_lambda: float) -> tuple[float, float]:
-    """One local epoch of FedAvgCNN (the paper's lr 0.005, batch 10) on a class-skewed slice
-    of real MNIST; returns corr(p~, p) and ||p - p~||_2 of the trained output layer."""
-    from fedsim.data.datasets import load_dataset
-    from fedsim.data.federated import ClientSplit, FederatedData
-    from fedsim.runtime.training import train_client
-    from lightning_modules.cnn import FedAvgCNN
-
-    dataset = load_dataset("mnist-5k", "unused")
-    rng = np.random.default_rng(0)
-    per_class = [60, 45, 35, 25, 18, 12, 8, 5, 3, 1]  # skewed over all 10 classes
-    indices = np.concatenate(
-        [
-            rng.choice(np.flatnonzero(dataset.labels == k), n, replace=False)
-            for k, n in enumerate(per_class)
-        ]
-    )
-    data = FederatedData(dataset, [ClientSplit(train=indices, test=indices[:1])])
-    p = torch.tensor(per_class, dtype=torch.float32) / sum(per_class)
-    torch.manual_seed(0)
-    module = FedAvgCNN(lr=0.005)
-    terms = WDRTerms("fc.weight", p, wdr_lambda) if wdr_lambda > 0 else None
-    generator = torch.Generator().manual_seed(0)
-    train_client(module, data, indices, epochs=1, batch_size=10, generator=generator, terms=terms)
-    estimated = estimated_proportions(module.fc.weight.detach())
-    corr = float(np.corrcoef(estimated.numpy(), p.numpy())[0, 1])
-    return corr, float(torch.linalg.vector_norm(p - estimated))
-
-
-def test_wdr_raises_correlation_of_row_norms_with_class_proportions() -> None:
-    """Measured (21 SGD steps): corr -0.26 -> 0.97 and ||p - p~|| 0.282 -> 0.266."""
-    torch.set_num_threads(1)
-    (corr_without, dist_without), (corr_with, dist_with) = train_with_wdr(0.0), train_with_wdr(10.0)
-    print(f"corr(p~, p): lambda=0 {corr_without:.3f}, lambda=10 {corr_with:.3f}")
-    print(f"||p - p~||:  lambda=0 {dist_without:.3f}, lambda=10 {dist_with:.3f}")
-    assert corr_with > 0.9
-    assert corr_with > corr_without + 0.5
-    assert dist_with < dist_without
 
 
 # ---------------------------------------------------------------- heatmap
@@ -399,11 +277,13 @@ def test_personalized_params_is_what_client_start_plans() -> None:
             algo = CwFedAvg(CwFedAvgParams(class_weights=weights, classwise_layers=layers), fed)
             state = algo.init_state(torch.randn(15))
             trained = {c: torch.randn(15) for c in range(3)}
-            state, client_states = run_round(algo, state, trained, fed)
+            state, updates = run_round(algo, state, trained)
             for client in range(3):
                 assert torch.equal(
-                    algo.personalized_params(state, client_states[client], info(fed, client)),
-                    personalized(algo, state, client, fed, client_states[client]),
+                    algo.personalized_params(
+                        state, updates[client].state, client_info(fed, client)
+                    ),
+                    personalized(algo, state, client, fed, updates[client].state),
                 )
 
 

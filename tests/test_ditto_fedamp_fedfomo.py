@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from helpers import client_info, federation, quickstart, reduce_updates
 
-from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merge_sums
+from fedsim.algorithms.base import FederationInfo
 from fedsim.algorithms.ditto import Ditto, DittoParams
 from fedsim.algorithms.fedamp import (
     FedAMP,
@@ -19,7 +20,6 @@ from fedsim.algorithms.fedamp import (
 )
 from fedsim.algorithms.fedfomo import FedFomo, FedFomoParams, fomo_weights, split_validation
 from fedsim.algorithms.pull import Pull
-from fedsim.config import load_config
 from fedsim.runtime.worker import ClientTask, ClientWorker, WorkerProbe
 from fedsim.simulation import Simulation
 from lightning_modules.flat_params import ParamEntry, ParamLayout
@@ -27,19 +27,16 @@ from lightning_modules.flat_params import ParamEntry, ParamLayout
 SIZES = [10, 30, 60, 40]
 
 
-def federation(num_clients: int = 4, dim: int = 2) -> FederationInfo:
-    layout = ParamLayout([ParamEntry("w", (dim,), 0, dim)])
-    return FederationInfo(
-        layout=layout,
-        num_clients=num_clients,
-        num_classes=2,
-        train_sizes=np.array(SIZES[:num_clients]),
-        class_counts=np.array([[n, 0] for n in SIZES[:num_clients]]),
-        head_names=["w"],
-        block_names=["w"],
-        block_parameters={"w": ["w"]},
-        client_train_indices=[np.arange(100 * c, 100 * c + 50) for c in range(num_clients)],
+def fed() -> FederationInfo:
+    """Four clients (SIZES), one tensor w (2,); client c's train indices 100 c ... 100 c + 49."""
+    return federation(
+        [("w", (2,))],
+        SIZES,
+        client_train_indices=[np.arange(100 * c, 100 * c + 50) for c in range(len(SIZES))],
     )
+
+
+FED = fed()  # for client infos
 
 
 @dataclass
@@ -68,38 +65,30 @@ class FakeProbe:
         return (params + self.target) / 2, 0.1
 
 
-def info(client: int, probe=None, round_idx: int = 0) -> ClientInfo:
-    n = SIZES[client]
-    return ClientInfo(
-        client=client, num_train=n, class_counts=np.array([n, 0]), round=round_idx, probe=probe
-    )
-
-
 # --- Ditto ---
 
 
 def test_ditto_server_is_fedavg_of_the_global_copies_and_clients_keep_a_personal_model():
-    algo = Ditto(DittoParams(mu=0.5), federation())
+    algo = Ditto(DittoParams(mu=0.5), fed())
     state = algo.init_state(torch.zeros(2))
     trained = {0: torch.tensor([1.0, 2.0]), 1: torch.tensor([3.0, -1.0])}
-    parts, personal = [{}, {}], {}
-    for worker, c in ((0, 0), (1, 1)):
+    updates, personal = [], {}
+    for c in (0, 1):
         probe = FakeProbe(target=torch.tensor([10.0, 10.0]))
-        plan = algo.client_start(algo.broadcast(state), {}, None, info(c, probe))
+        plan = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, c, probe=probe))
         assert torch.equal(plan.train_params, state["params"])  # the global copy trains
-        update = algo.client_finish(plan, trained[c], None, info(c, probe))
-        for key, (weight, value) in update.sums.items():
-            parts[worker].setdefault(key, WeightedSum()).add(weight, value)
+        update = algo.client_finish(plan, trained[c], None, client_info(FED, c, probe=probe))
+        updates.append(update)
         personal[c] = update.state["personal"]
         (call,) = probe.calls  # one personal pass, from v (= w_t at first) pulled to w_t
         assert torch.equal(call["params"], state["params"])
         assert torch.equal(call["terms"].anchor, state["params"]) and call["terms"].mu == 0.5
-    new = algo.aggregate(state, merge_sums(parts), {}, 0)["params"]
+    new = algo.aggregate(state, reduce_updates(updates, [0, 1]), {}, 0)["params"]
     # hand: (10 [1, 2] + 30 [3, -1]) / 40
     assert torch.allclose(new, torch.tensor([100 / 40, -10 / 40]))
     assert torch.equal(personal[0], torch.tensor([5.0, 5.0]))  # (0 + 10) / 2
     # next round: evaluated with its personal model, trains the new global model
-    plan = algo.client_start({"params": new}, {}, {"personal": personal[0]}, info(0))
+    plan = algo.client_start({"params": new}, {}, {"personal": personal[0]}, client_info(FED, 0))
     assert torch.equal(plan.eval_params, personal[0]) and torch.equal(plan.train_params, new)
 
 
@@ -147,20 +136,20 @@ def test_fedamp_pull_carries_gradient_to_the_local_model():
 
 
 def test_fedamp_round_uploads_models_and_next_peers_are_this_rounds_uploads():
-    algo = FedAMP(FedAMPParams(lamda=1.0, alpha_k=0.1, sigma=1.0), federation())
+    algo = FedAMP(FedAMPParams(lamda=1.0, alpha_k=0.1, sigma=1.0), fed())
     state = algo.init_state(torch.zeros(2))
-    plan = algo.client_start(algo.broadcast(state), {}, None, info(0))
+    plan = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, 0))
     assert torch.equal(plan.terms.anchor, torch.zeros(2))  # no peers yet: u_i = w_i
     uploads = {2: torch.tensor([1.0, 1.0]), 0: torch.tensor([0.0, 1.0])}
     individual = {}
     for c, w in uploads.items():
-        update = algo.client_finish(plan, w, None, info(c))
+        update = algo.client_finish(plan, w, None, client_info(FED, c))
         assert update.sums == {} and torch.equal(update.state["params"], w)
         individual[c] = update.individual
     new = algo.aggregate(state, {}, individual, 0)
     assert new["peer_ids"] == [0, 2]
     assert torch.equal(new["peers"], torch.stack([uploads[0], uploads[2]]))
-    plan = algo.client_start(algo.broadcast(new), {}, {"params": uploads[0]}, info(0))
+    plan = algo.client_start(algo.broadcast(new), {}, {"params": uploads[0]}, client_info(FED, 0))
     c = 0.1 * math.exp(-1.0)  # ||[0,1] - [1,1]||^2 = 1; the client itself gets 0
     expected = c * uploads[2] + (1 - c) * uploads[0]
     assert torch.allclose(plan.terms.anchor, expected, atol=1e-7)
@@ -173,13 +162,14 @@ def test_fedamp_round_uploads_models_and_next_peers_are_this_rounds_uploads():
 
 def test_fedfomo_weights_on_a_crafted_case():
     """Old model at 0 with loss 1.0; peers with known losses and distances."""
-    algo = FedFomo(FedFomoParams(peers=3, reference="trained"), federation())
+    algo = FedFomo(FedFomoParams(peers=3, reference="trained"), fed())
     old = torch.tensor([0.0, 0.0])
     peers = [torch.tensor([3.0, 4.0]), torch.tensor([0.0, 1.0]), torch.tensor([6.0, 8.0])]
     losses = {(3.0, 4.0): 0.5, (0.0, 1.0): 0.8, (6.0, 8.0): 1.5}
     probe = FakeProbe(loss_of=lambda p: 1.0 if not p.any() else losses[tuple(p.tolist())])
+    client = client_info(FED, 0, probe=probe)
     payload = {"peer_ids": [2, 1, 3], "peers": peers}
-    plan = algo.client_start({"params": old}, payload, {"params": old}, info(0, probe))
+    plan = algo.client_start({"params": old}, payload, {"params": old}, client)
     raw = plan.context["weights"]
     # hand: (1 - 0.5) / (5 + 1e-5), (1 - 0.8) / (1 + 1e-5), (1 - 1.5) / (10 + 1e-5)
     expected = torch.tensor([0.5 / (5 + 1e-5), 0.2 / (1 + 1e-5), -0.5 / (10 + 1e-5)])
@@ -190,7 +180,7 @@ def test_fedfomo_weights_on_a_crafted_case():
     assert torch.allclose(plan.train_params, mixed, atol=1e-6)
     assert plan.eval_params is None  # evaluated with the mix
     # the upload feeds P[0, n] += raw w_n
-    update = algo.client_finish(plan, torch.tensor([9.0, 9.0]), None, info(0, probe))
+    update = algo.client_finish(plan, torch.tensor([9.0, 9.0]), None, client)
     state = algo.init_state(torch.zeros(2))
     new = algo.aggregate(state, {}, {0: update.individual}, 0)
     row = new["affinity"][0]
@@ -200,29 +190,31 @@ def test_fedfomo_weights_on_a_crafted_case():
 
 
 def test_fedfomo_keeps_its_model_when_no_peer_helps():
-    algo = FedFomo(FedFomoParams(reference="trained"), federation())
+    algo = FedFomo(FedFomoParams(reference="trained"), fed())
     own = torch.tensor([1.0, 1.0])
     probe = FakeProbe(loss_of=lambda p: float(p.abs().sum()))  # own: 2, peers: worse
+    client = client_info(FED, 0, probe=probe)
     payload = {"peer_ids": [1, 2], "peers": [torch.tensor([5.0, 5.0]), torch.tensor([-3.0, 0])]}
-    plan = algo.client_start({"params": torch.zeros(2)}, payload, {"params": own}, info(0, probe))
+    plan = algo.client_start({"params": torch.zeros(2)}, payload, {"params": own}, client)
     assert torch.equal(plan.train_params, own)
     assert (plan.context["weights"] < 0).all()
 
 
 def test_fedfomo_reference_start_scores_against_the_model_it_last_started_from():
-    algo = FedFomo(FedFomoParams(reference="start"), federation())
+    algo = FedFomo(FedFomoParams(reference="start"), fed())
     state = {"params": torch.tensor([2.0, 0.0]), "start": torch.tensor([0.0, 0.0])}
     probe = FakeProbe(loss_of=lambda p: float(p[0]))  # start: 0, current: 2, peer: 1
+    client = client_info(FED, 0, probe=probe)
     payload = {"peer_ids": [3], "peers": [torch.tensor([1.0, 0.0])]}
-    plan = algo.client_start({"params": torch.zeros(2)}, payload, state, info(0, probe))
+    plan = algo.client_start({"params": torch.zeros(2)}, payload, state, client)
     assert plan.context["weights"].item() == pytest.approx(-1 / (1 + 1e-5))
     assert torch.equal(plan.train_params, state["params"])  # kept: the current model
-    update = algo.client_finish(plan, torch.tensor([7.0, 7.0]), state, info(0, probe))
+    update = algo.client_finish(plan, torch.tensor([7.0, 7.0]), state, client)
     assert torch.equal(update.state["start"], state["params"])
 
 
 def test_fedfomo_server_sends_top_m_by_affinity_among_uploaded_clients():
-    algo = FedFomo(FedFomoParams(peers=2), federation())
+    algo = FedFomo(FedFomoParams(peers=2), fed())
     state = algo.init_state(torch.zeros(2))
     assert algo.client_payload(state, 0) == {"peer_ids": [], "peers": []}  # round 0
     for c in range(4):
@@ -250,10 +242,7 @@ def test_fedfomo_holds_out_a_fixed_fifth_of_train_as_validation():
 @pytest.fixture(scope="module")
 def real():
     """A Simulation (for its data and spec) on 20 pathological mnist-5k clients."""
-    cfg = load_config(
-        "configs/quickstart.yaml",
-        ["data.num_clients=20", "data.partition.name=pathological", "runtime.executor=local"],
-    )
+    cfg = quickstart("data.num_clients=20", "data.partition.name=pathological")
     return Simulation(cfg)
 
 

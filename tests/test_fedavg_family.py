@@ -6,46 +6,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import FixedProbe, client_info, federation, layout, leaf_params
 
 from fedsim.algorithms.aggregation_weights import AggregationWeights, WeightingParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, FederationInfo, WeightedSum
+from fedsim.algorithms.base import ClientPlan, WeightedSum
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.fedavgm import FedAvgM
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.server_optimizer import ServerOptimizer
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
-from lightning_modules.flat_params import ParamEntry, ParamLayout
 from lightning_modules.hooks import ClientTerms
 
-LAYOUT = ParamLayout([ParamEntry("a", (2,), 0, 2), ParamEntry("b", (1,), 2, 1)])
+LAYOUT = layout([("a", (2,)), ("b", (1,))])
 MODELS = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([5.0, -2.0, 0.0])]
 SIZES = [10, 30]
-
-
-def federation() -> FederationInfo:
-    return FederationInfo(
-        layout=LAYOUT,
-        num_clients=2,
-        num_classes=2,
-        train_sizes=np.array(SIZES),
-        class_counts=np.ones((2, 2), dtype=np.int64),
-        head_names=["b"],
-        block_names=["a", "b"],
-        block_parameters={"a": ["a"], "b": ["b"]},
-    )
-
-
-def info(client: int) -> ClientInfo:
-    n = SIZES[client]
-    return ClientInfo(client=client, num_train=n, class_counts=np.array([n, 0]), round=0)
+FED = federation(LAYOUT, SIZES)  # for client infos: client c holds SIZES[c] samples
 
 
 def summed(weights: AggregationWeights, plans: list[ClientPlan] | None = None):
     sums: dict[str, WeightedSum] = {}
     for c, model in enumerate(MODELS):
         plan = plans[c] if plans else ClientPlan(train_params=torch.zeros(3))
-        for key, (w, value) in weights.contribute("params", model, plan, info(c)).items():
+        for key, (w, value) in weights.contribute(
+            "params", model, plan, client_info(FED, c)
+        ).items():
             sums.setdefault(key, WeightedSum()).add(w, value)
     return sums
 
@@ -84,8 +69,8 @@ def test_unit_lr_returns_the_mean_itself_unless_told_to_step():
 
 
 def test_fedavg_with_server_momentum_is_fedavgm():
-    fedavg = FedAvg(FedAvg.Params(server_momentum=0.9), federation())
-    fedavgm = FedAvgM(FedAvgM.Params(), federation())
+    fedavg = FedAvg(FedAvg.Params(server_momentum=0.9), federation(LAYOUT, SIZES))
+    fedavgm = FedAvgM(FedAvgM.Params(), federation(LAYOUT, SIZES))
     states = [algo.init_state(torch.ones(3)) for algo in (fedavg, fedavgm)]
     for _ in range(2):
         sums = summed(fedavg.weighting)
@@ -101,10 +86,10 @@ def test_fedavg_with_server_momentum_is_fedavgm():
 
 
 def test_samples_and_uniform_weights_by_hand():
-    samples = AggregationWeights(WeightingParams(weighting="samples"), federation())
+    samples = AggregationWeights(WeightingParams(weighting="samples"), federation(LAYOUT, SIZES))
     mean = samples.mean(summed(samples), "params")
     assert torch.allclose(mean, torch.tensor([16 / 4, -4 / 4, 3 / 4]))  # (10 m0 + 30 m1) / 40
-    uniform = AggregationWeights(WeightingParams(weighting="uniform"), federation())
+    uniform = AggregationWeights(WeightingParams(weighting="uniform"), federation(LAYOUT, SIZES))
     assert torch.allclose(uniform.mean(summed(uniform), "params"), torch.tensor([3.0, 0.0, 1.5]))
     assert uniform.mean({}, "params") is None  # nobody finished: the caller keeps its model
     assert samples.scorer is None and samples.train_indices(0) is None
@@ -112,29 +97,21 @@ def test_samples_and_uniform_weights_by_hand():
 
 def test_samples_weights_count_what_the_client_trains_on():
     """With a held-out split the weight is the size of the rest, not of the whole split."""
-    weights = AggregationWeights(WeightingParams(weighting="samples"), federation())
+    weights = AggregationWeights(WeightingParams(weighting="samples"), federation(LAYOUT, SIZES))
     plans = [ClientPlan(torch.zeros(3), train_indices=np.arange(n)) for n in (30, 10)]
     mean = weights.mean(summed(weights, plans), "params")
     assert torch.allclose(mean, (30 * MODELS[0] + 10 * MODELS[1]) / 40)
-
-
-class FixedProbe:
-    def __init__(self, grad: torch.Tensor):
-        self.grad = grad
-
-    def gradient(self, params, indices=None):
-        return self.grad.clone(), 0.0
 
 
 @pytest.mark.parametrize(("weighting", "w0"), [("fedvg", 0.75), ("avg", (0.75 + 0.25) / 2)])
 def test_fedvg_and_avg_weights_by_hand(weighting, w0):
     from fedsim.algorithms.fedvg import ValidationSplit
 
-    weights = AggregationWeights(WeightingParams(weighting=weighting), federation())
+    weights = AggregationWeights(WeightingParams(weighting=weighting), federation(LAYOUT, SIZES))
     weights.scorer.validation = ValidationSplit(np.arange(32), train_subsets={})
     sums: dict[str, WeightedSum] = {}
     for c, grad in enumerate((torch.full((3,), 1.0), torch.full((3,), 3.0))):  # s = 96, 288
-        client = ClientInfo(c, SIZES[c], np.array([SIZES[c], 0]), 0, probe=FixedProbe(grad))
+        client = client_info(FED, c, probe=FixedProbe(grad))
         plan = ClientPlan(train_params=torch.zeros(3))
         for key, (w, value) in weights.contribute("params", MODELS[c], plan, client).items():
             sums.setdefault(key, WeightedSum()).add(w, value)
@@ -146,19 +123,11 @@ def test_fedvg_and_avg_weights_by_hand(weighting, w0):
 # ------------------------------------------------------------------ the pull term
 
 
-def named(values: list[float]) -> dict[str, torch.Tensor]:
-    flat = torch.tensor(values)
-    return {
-        "a": flat[:2].clone().requires_grad_(True),
-        "b": flat[2:].clone().requires_grad_(True),
-    }
-
-
 @pytest.mark.parametrize("form", ["loss", "gradient", "two_pass"])
 def test_pull_value_and_gradient_by_hand(form):
     anchor = torch.tensor([1.0, -1.0, 0.0])
     pull = Pull(anchor, LAYOUT, mu=0.5, form=form)
-    params = named([2.0, 1.0, -2.0])
+    params = leaf_params(torch.tensor([2.0, 1.0, -2.0]), LAYOUT)
     # (mu/2) ||w - anchor||^2 = 0.25 (1 + 4 + 4); gradient mu (w - anchor) = (0.5, 1, -1)
     assert float(pull.penalty(params).detach()) == pytest.approx(2.25)
     loss = pull.loss(params)

@@ -2,54 +2,32 @@
 
 import numpy as np
 import torch
+from helpers import client_info, federation, reduce_updates
 
-from fedsim.algorithms.base import (
-    ClientInfo,
-    FederationInfo,
-    WeightedSum,
-    merge_sums,
-)
+from fedsim.algorithms.base import WeightedSum
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.local import LocalOnly
-from lightning_modules.flat_params import ParamEntry, ParamLayout
 
-
-def federation(num_clients: int = 3, dim: int = 4) -> FederationInfo:
-    layout = ParamLayout([ParamEntry("w", (dim,), 0, dim)])
-    return FederationInfo(
-        layout=layout,
-        num_clients=num_clients,
-        num_classes=2,
-        train_sizes=np.array([10, 30, 60]),
-        class_counts=np.array([[5, 5], [10, 20], [60, 0]]),
-        head_names=["w"],
-        block_names=["w"],
-        block_parameters={"w": ["w"]},
-    )
-
-
-def info(client: int, n: int) -> ClientInfo:
-    return ClientInfo(client=client, num_train=n, class_counts=np.array([n, 0]), round=0)
+SIZES = [10, 30, 60]
+PARAMS = [("w", (4,))]
+FED = federation(PARAMS, SIZES)  # for client infos: client c holds SIZES[c] samples
 
 
 def test_fedavg_aggregate_matches_hand_computation():
-    algo = FedAvg(FedAvg.Params(), federation())
+    algo = FedAvg(FedAvg.Params(), federation(PARAMS, SIZES))
     state = algo.init_state(torch.zeros(4))
     models = [
         torch.tensor([1.0, 2, 3, 4]),
         torch.tensor([0.0, 0, 0, 8]),
         torch.tensor([2.0, 1, 0, 1]),
     ]
-    sizes = [10, 30, 60]
     # two workers: clients {0, 2} and {1}; the reduction order must not matter
-    parts = [{}, {}]
-    for worker, client in ((0, 0), (1, 1), (0, 2)):
-        plan = algo.client_start(algo.broadcast(state), {}, None, info(client, sizes[client]))
+    updates = []
+    for client in range(3):
+        plan = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, client))
         assert torch.equal(plan.train_params, state["params"])
-        update = algo.client_finish(plan, models[client], None, info(client, sizes[client]))
-        for key, (weight, value) in update.sums.items():
-            parts[worker].setdefault(key, WeightedSum()).add(weight, value)
-    new = algo.aggregate(state, merge_sums(parts), {}, 0)["params"]
+        updates.append(algo.client_finish(plan, models[client], None, client_info(FED, client)))
+    new = algo.aggregate(state, reduce_updates(updates, [0, 1, 0]), {}, 0)["params"]
     # hand: (10*[1,2,3,4] + 30*[0,0,0,8] + 60*[2,1,0,1]) / 100
     expected = torch.tensor([(10 + 120) / 100, (20 + 60) / 100, 30 / 100, (40 + 240 + 60) / 100])
     assert torch.allclose(new, expected, atol=1e-7)
@@ -57,7 +35,7 @@ def test_fedavg_aggregate_matches_hand_computation():
 
 
 def test_fedavg_keeps_model_when_nobody_finished():
-    algo = FedAvg(FedAvg.Params(), federation())
+    algo = FedAvg(FedAvg.Params(), federation(PARAMS, SIZES))
     state = algo.init_state(torch.ones(4))
     assert torch.equal(algo.aggregate(state, {}, {}, 0)["params"], torch.ones(4))
 
@@ -75,13 +53,13 @@ def test_weighted_sum_is_order_independent_in_float64():
 
 
 def test_local_only_trains_its_own_model_and_never_aggregates():
-    algo = LocalOnly(LocalOnly.Params(), federation())
+    algo = LocalOnly(LocalOnly.Params(), federation(PARAMS, SIZES))
     state = algo.init_state(torch.zeros(4))
-    first = algo.client_start(algo.broadcast(state), {}, None, info(0, 10))
+    first = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, 0))
     assert torch.equal(first.train_params, torch.zeros(4))  # round 0: the shared init
     trained = torch.tensor([1.0, 1, 1, 1])
-    update = algo.client_finish(first, trained, None, info(0, 10))
+    update = algo.client_finish(first, trained, None, client_info(FED, 0))
     assert update.sums == {} and torch.equal(update.state["params"], trained)
-    later = algo.client_start(algo.broadcast(state), {}, update.state, info(0, 10))
+    later = algo.client_start(algo.broadcast(state), {}, update.state, client_info(FED, 0))
     assert torch.equal(later.train_params, trained)  # its own model, not the server's
     assert algo.aggregate(state, {}, {}, 0) is state

@@ -9,63 +9,28 @@ import struct
 import numpy as np
 import pytest
 import torch
+from helpers import client_info, federation, module_federation, run_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merge_sums
 from fedsim.algorithms.fedper import FedPer, FedPerParams
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.storage import ClientStateStore
-from lightning_modules.flat_params import ParamEntry, ParamLayout
+from lightning_modules.flat_params import ParamLayout
 
 SIZES = [10, 30, 60]
 # three blocks of two entries each, bottom -> top: flat = [a0 a1 | b0 b1 | c0 c1]
 BLOCKS = {"a": ["a.w"], "b": ["b.w"], "c": ["c.w"]}
 
 
-def federation(num_clients: int = 3) -> FederationInfo:
-    layout = ParamLayout(
-        [ParamEntry(name, (2,), 2 * i, 2) for i, name in enumerate(["a.w", "b.w", "c.w"])]
-    )
-    return FederationInfo(
-        layout=layout,
-        num_clients=num_clients,
-        num_classes=2,
-        train_sizes=np.array(SIZES[:num_clients]),
-        class_counts=np.array([[n, 0] for n in SIZES[:num_clients]]),
-        head_names=["c.w"],
-        block_names=list(BLOCKS),
-        block_parameters=dict(BLOCKS),
-    )
-
-
-def info(client: int, round_idx: int = 0, probe=None) -> ClientInfo:
-    n = SIZES[client]
-    return ClientInfo(
-        client=client, num_train=n, class_counts=np.array([n, 0]), round=round_idx, probe=probe
-    )
+PARAMS = [("a.w", (2,)), ("b.w", (2,)), ("c.w", (2,))]
+FED = federation(PARAMS, SIZES, blocks=BLOCKS)  # for client infos: client c holds SIZES[c]
+WORKERS = ((0, 2), (1,))  # the clients of each of two workers
 
 
 def make(**params) -> FedPer:
-    return FedPer(FedPerParams(**params), federation())
-
-
-def run_round(algo, state, models, round_idx=0, states=None, workers=((0, 2), (1,))):
-    """Every client 'trains' to models[c]; sums reduced on two workers as the runtime does."""
-    states = states if states is not None else {}
-    parts = []
-    updates = {}
-    for share in workers:
-        part: dict[str, WeightedSum] = {}
-        for c in share:
-            plan = algo.client_start(algo.broadcast(state), {}, states.get(c), info(c, round_idx))
-            update = algo.client_finish(plan, models[c], states.get(c), info(c, round_idx))
-            for key, (weight, value) in update.sums.items():
-                part.setdefault(key, WeightedSum()).add(weight, value)
-            updates[c] = update
-        parts.append(part)
-    return algo.aggregate(state, merge_sums(parts), {}, round_idx), updates
+    return FedPer(FedPerParams(**params), federation(PARAMS, SIZES, blocks=BLOCKS))
 
 
 MODELS = {
@@ -78,7 +43,7 @@ MODELS = {
 def test_base_is_the_sample_weighted_mean_and_head_stays_on_the_server_value():
     algo = make(personal_layers=1)
     state = algo.init_state(torch.zeros(6))
-    new, updates = run_round(algo, state, MODELS)
+    new, updates = run_round(algo, state, MODELS, workers=WORKERS)
     # hand: base (a, b) = (10 m0 + 30 m1 + 60 m2) / 100 over the first 4 entries
     base = [(10 + 120) / 100, (20 + 60) / 100, (30 + 240) / 100, (40 + 60) / 100]
     assert torch.allclose(new["params"], torch.tensor([*base, 0.0, 0.0]), atol=1e-7)
@@ -88,7 +53,7 @@ def test_base_is_the_sample_weighted_mean_and_head_stays_on_the_server_value():
 def test_sqrt_weighting_matches_hand_computation():
     algo = make(personal_layers=2, weighting="sqrt")
     state = algo.init_state(torch.zeros(6))
-    new, _ = run_round(algo, state, MODELS)
+    new, _ = run_round(algo, state, MODELS, workers=WORKERS)
     s = [math.sqrt(n) for n in SIZES]
     expected_a0 = (s[0] * 1 + s[1] * 0 + s[2] * 2) / sum(s)
     expected_a1 = (s[0] * 2 + s[1] * 0 + s[2] * 1) / sum(s)
@@ -101,7 +66,7 @@ def test_per_client_k_averages_each_entry_over_the_clients_whose_base_holds_it()
     # client 0: K=1 (base a, b); client 1: K=2 (base a); client 2: K=0 (everything is base)
     algo = make(personal_layers=1, client_personal_layers={1: 2, 2: 0})
     state = algo.init_state(torch.zeros(6))
-    new, updates = run_round(algo, state, MODELS)
+    new, updates = run_round(algo, state, MODELS, workers=WORKERS)
     expected = torch.tensor(
         [
             (10 * 1 + 30 * 0 + 60 * 2) / 100,  # a: everyone
@@ -127,8 +92,8 @@ def test_personal_layers_never_leave_the_client():
     state = algo.init_state(torch.zeros(6))
     sentinel = [123456.75, -98765.25]
     trained = torch.tensor([0.5, 1.5, 2.5, 3.5, *sentinel])
-    plan = algo.client_start(algo.broadcast(state), {}, None, info(0))
-    update = algo.client_finish(plan, trained, None, info(0))
+    plan = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, 0))
+    update = algo.client_finish(plan, trained, None, client_info(FED, 0))
     assert update.individual is None
     uploaded = [value for _, value in update.sums.values()]
     assert [v.numel() for v in uploaded] == [4]
@@ -148,17 +113,19 @@ def test_server_never_overwrites_personal_layers_even_after_many_unsampled_round
     algo = make(personal_layers=1)
     state = algo.init_state(torch.zeros(6))
     with ClientStateStore(memory_budget_bytes=0) as store:  # every state goes to disk
-        state, updates = run_round(algo, state, MODELS, workers=((0, 1, 2),))
+        state, updates = run_round(algo, state, MODELS)
         for c, update in updates.items():
             store.put(c, update.state)
         for r in range(1, 31):  # clients 1 and 2 only, with new models every round
             models = {c: MODELS[c] + r for c in (1, 2)}
             states = {c: store.get(c) for c in (1, 2)}
-            state, updates = run_round(algo, state, models, r, states, workers=((1, 2),))
+            state, updates = run_round(
+                algo, state, models, round_idx=r, states=states, workers=((1, 2),)
+            )
             for c, update in updates.items():
                 store.put(c, update.state)
         assert store.num_spilled == 3
-        plan = algo.client_start(algo.broadcast(state), {}, store.get(0), info(0, 31))
+        plan = algo.client_start(algo.broadcast(state), {}, store.get(0), client_info(FED, 0, 31))
     assert torch.equal(plan.train_params[4:], MODELS[0][4:])  # its own head, untouched
     assert torch.equal(plan.train_params[:4], state["params"][:4])  # the newest base
     assert not torch.equal(state["params"][:4], MODELS[0][:4])
@@ -167,14 +134,14 @@ def test_server_never_overwrites_personal_layers_even_after_many_unsampled_round
 def test_cold_start_rounds_are_full_model_fedavg_then_the_split():
     algo = make(personal_layers=1, cold_start_rounds=2)
     state = algo.init_state(torch.zeros(6))
-    new, updates = run_round(algo, state, MODELS, round_idx=1)
+    new, updates = run_round(algo, state, MODELS, round_idx=1, workers=WORKERS)
     expected = sum(n * MODELS[c] for c, n in enumerate(SIZES)) / 100
     assert torch.allclose(new["params"], expected, atol=1e-6)  # head averaged too
     assert all(u.state is None for u in updates.values())
     # round 2: clients start their personal layers from the cold-start model
-    plan = algo.client_start(algo.broadcast(new), {}, None, info(0, 2))
+    plan = algo.client_start(algo.broadcast(new), {}, None, client_info(FED, 0, 2))
     assert torch.equal(plan.train_params, new["params"])
-    update = algo.client_finish(plan, MODELS[0], None, info(0, 2))
+    update = algo.client_finish(plan, MODELS[0], None, client_info(FED, 0, 2))
     assert set(update.sums) == {"base_k1"} and update.sums["base_k1"][1].numel() == 4
 
 
@@ -196,7 +163,7 @@ def test_finetune_trains_personal_layers_on_the_new_base_with_the_base_frozen():
     state = algo.init_state(torch.arange(6.0))
     probe = RecordingProbe(algo.federation.layout)
     own = {"personal": torch.tensor([10.0, 20.0])}
-    plan = algo.client_start(algo.broadcast(state), {}, own, info(0, 0, probe))
+    plan = algo.client_start(algo.broadcast(state), {}, own, client_info(FED, 0, probe=probe))
     assert probe.calls == [{"epochs": 3, "frozen": ["a.w", "b.w"]}]
     assert torch.equal(plan.train_params, torch.tensor([0.0, 1, 2, 3, 13, 23]))
     assert plan.eval_params is None  # evaluated with the fine-tuned model
@@ -228,25 +195,11 @@ def test_every_shipped_fedper_and_personalization_config_validates():
         cfg = load_config(path)
         assert cfg.name == path.stem and cfg.data.num_clients == 20
     tiers = load_config("configs/fedper/fmnist-pat-fedper-tiers.yaml").algorithm.params
-    algo = FedPer(tiers, federation_of_cnn(20))
-    assert algo.client_k[:6] == [3] * 6 and algo.client_k[6:13] == [2] * 7
-    assert algo.client_k[13:] == [1] * 7
-
-
-def federation_of_cnn(num_clients: int) -> FederationInfo:
     from lightning_modules.cnn import FedAvgCNN
 
-    model = FedAvgCNN()
-    return FederationInfo(
-        layout=ParamLayout.from_module(model),
-        num_clients=num_clients,
-        num_classes=10,
-        train_sizes=np.full(num_clients, 10),
-        class_counts=np.full((num_clients, 10), 1),
-        head_names=model.head_parameters(1),
-        block_names=list(model.block_names),
-        block_parameters={b: model.block_parameters(b) for b in model.block_names},
-    )
+    algo = FedPer(tiers, module_federation(FedAvgCNN(), np.ones((20, 10), dtype=np.int64)))
+    assert algo.client_k[:6] == [3] * 6 and algo.client_k[6:13] == [2] * 7
+    assert algo.client_k[13:] == [1] * 7
 
 
 @settings(max_examples=40, deadline=None)
@@ -263,10 +216,13 @@ def test_law_base_is_fedavg_of_the_base_entries_whatever_the_worker_split(models
 
     tensors = {c: torch.tensor(m) for c, m in enumerate(models)}
     workers = ((0, 1, 2)[:split], (0, 1, 2)[split:])
-    fedper, fedavg = make(personal_layers=k), FedAvg(FedAvg.Params(), federation())
+    fedper, fedavg = (
+        make(personal_layers=k),
+        FedAvg(FedAvg.Params(), federation(PARAMS, SIZES, blocks=BLOCKS)),
+    )
     start = torch.full((6,), 0.25)
     new, _ = run_round(fedper, {"params": start}, tensors, workers=workers)
-    reference, _ = run_round(fedavg, {"params": start}, tensors)
+    reference, _ = run_round(fedavg, {"params": start}, tensors, workers=WORKERS)
     base = 6 - 2 * k
     assert torch.allclose(new["params"][:base], reference["params"][:base], atol=1e-4)
     assert torch.equal(new["params"][base:], start[base:])

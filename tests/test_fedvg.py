@@ -8,13 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import FixedProbe, federation, run_round
 
-from fedsim.algorithms.base import (
-    ClientInfo,
-    FederationInfo,
-    WeightedSum,
-    merge_sums,
-)
+from fedsim.algorithms.base import ClientInfo, FederationInfo
 from fedsim.algorithms.fedprox import FedProx
 from fedsim.algorithms.fedvg import (
     FedVG,
@@ -33,7 +29,6 @@ from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.worker import ClientWorker, WorkerProbe, WorkerSpec
 from fedsim.simulation import Simulation, cached_dataset
-from lightning_modules.flat_params import ParamEntry, ParamLayout
 from lightning_modules.registry import build_model
 
 # ------------------------------------------------------------------ crafted probes
@@ -54,34 +49,7 @@ class QuadraticProbe:
         return diff.clone(), float(0.5 * diff.pow(2).sum())
 
 
-class FixedProbe:
-    """Returns the same validation gradient whatever the parameters."""
-
-    def __init__(self, grad: torch.Tensor):
-        self.grad = grad
-
-    def gradient(self, params, indices=None):
-        return self.grad.clone(), 0.0
-
-
-def federation(entries: list[tuple[str, tuple[int, ...]]], blocks=None) -> FederationInfo:
-    layout, offset = [], 0
-    for name, shape in entries:
-        numel = math.prod(shape)
-        layout.append(ParamEntry(name, shape, offset, numel))
-        offset += numel
-    names = [n for n, _ in entries]
-    blocks = blocks or {n: [n] for n in names}
-    return FederationInfo(
-        layout=ParamLayout(layout),
-        num_clients=2,
-        num_classes=2,
-        train_sizes=np.array([10, 30]),
-        class_counts=np.ones((2, 2), dtype=np.int64),
-        head_names=names[-1:],
-        block_names=list(blocks),
-        block_parameters=blocks,
-    )
+SIZES = [10, 30]  # two clients
 
 
 def fedvg(fed: FederationInfo, val_size: int = 40, cls=FedVG, **params):
@@ -90,21 +58,10 @@ def fedvg(fed: FederationInfo, val_size: int = 40, cls=FedVG, **params):
     return algo
 
 
-def info(client: int, probe, n: int | None = None) -> ClientInfo:
-    n = [10, 30][client] if n is None else n
-    return ClientInfo(client, n, np.array([n, 0]), 0, probe=probe)
-
-
 def aggregate(algo, models: list[torch.Tensor], probes: list) -> torch.Tensor:
-    """Both clients through the seam, on two workers; the new server model."""
+    """Both clients through the seam, on two workers, from zero; the new server model."""
     state = algo.init_state(torch.zeros_like(models[0]))
-    parts = [{}, {}]
-    for c, (model, probe) in enumerate(zip(models, probes, strict=True)):
-        plan = algo.client_start(algo.broadcast(state), {}, None, info(c, probe))
-        update = algo.client_finish(plan, model, None, info(c, probe))
-        for key, (weight, value) in update.sums.items():
-            parts[c].setdefault(key, WeightedSum()).add(weight, value)
-    return algo.aggregate(state, merge_sums(parts), {}, 0)["params"]
+    return run_round(algo, state, models, probes=probes, workers=((0,), (1,)))[0]["params"]
 
 
 # ------------------------------------------------------------------ weights by hand
@@ -121,7 +78,7 @@ def test_flatter_client_gets_more_weight():
     near = target + torch.tensor([0.1, 0.0, 0.0, -0.1])
     far = target + torch.tensor([1.0, -1.0, 0.5, 0.0])
     probe = QuadraticProbe(target)
-    algo = fedvg(federation([("w", (4,))]), val_size=40)
+    algo = fedvg(federation([("w", (4,))], SIZES), val_size=40)
     new = aggregate(algo, [near, far], [probe, probe])
     assert probe.calls == [32, 8, 32, 8]  # batches of 32, no shuffle, the last one partial
     # official gradient: sum over batches of (batch size x mean gradient) / 2 batches = 20 (θ - θ*)
@@ -144,7 +101,7 @@ def test_flatter_client_gets_more_weight():
 def test_l1_l2_spectral_give_different_weights(norm, weight_a):
     grad_a = torch.tensor([1.0, 0.0, 0.0, 1.0])  # [[1, 0], [0, 1]]
     grad_b = torch.tensor([1.5, 0.0, 0.0, 0.0])  # [[1.5, 0], [0, 0]]
-    algo = fedvg(federation([("w", (2, 2))]), val_size=32, norm=norm)
+    algo = fedvg(federation([("w", (2, 2))], SIZES), val_size=32, norm=norm)
     new = aggregate(algo, [torch.ones(4), torch.zeros(4)], [FixedProbe(grad_a), FixedProbe(grad_b)])
     # theta_A = 1, theta_B = 0: the mean is w_A (scores are 32 x the norms: 1 batch of 32)
     assert torch.allclose(new, torch.full((4,), weight_a), atol=1e-6)
@@ -179,9 +136,8 @@ GRADS = {  # client -> gradient on tensors a (2,), b (2,), c (1,)
     ],
 )
 def test_granularities_by_hand(granularity, expected):
-    fed = federation(
-        [("a", (2,)), ("b", (2,)), ("c", (1,))], blocks={"body": ["a", "b"], "head": ["c"]}
-    )
+    blocks = {"body": ["a", "b"], "head": ["c"]}
+    fed = federation([("a", (2,)), ("b", (2,)), ("c", (1,))], SIZES, blocks=blocks)
     algo = fedvg(fed, val_size=32, granularity=granularity)
     probes = [FixedProbe(GRADS[0]), FixedProbe(GRADS[1])]
     new = aggregate(algo, [torch.ones(5), torch.zeros(5)], probes)
@@ -189,7 +145,7 @@ def test_granularities_by_hand(granularity, expected):
 
 
 def test_avg_mode_averages_with_sample_weights():
-    algo = fedvg(federation([("w", (4,))]), val_size=32, weighting="avg")
+    algo = fedvg(federation([("w", (4,))], SIZES), val_size=32, weighting="avg")
     probes = [FixedProbe(torch.full((4,), 0.25)), FixedProbe(torch.full((4,), 1.0))]
     new = aggregate(algo, [torch.ones(4), torch.zeros(4)], probes)
     w_vg = (1 / 1) / (1 / 1 + 1 / 4)  # L1: 1 vs 4 (x 32, which cancels)
@@ -197,7 +153,7 @@ def test_avg_mode_averages_with_sample_weights():
 
 
 def test_fedvg_plugs_into_fedprox_and_scaffold():
-    fed = federation([("w", (4,))])
+    fed = federation([("w", (4,))], SIZES)
     probes = [FixedProbe(torch.full((4,), 0.25)), FixedProbe(torch.full((4,), 1.0))]
     w_vg = 0.8
     prox = fedvg(fed, val_size=32, cls=FedProx, mu=0.01, weighting="fedvg")

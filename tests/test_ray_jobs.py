@@ -1,9 +1,7 @@
-"""Cluster jobs: ``ray_jobs.reproduce`` against a ``ray start --head`` cluster on loopback.
+"""Cluster jobs: ``ray_jobs.reproduce`` as a job joining the test session's Ray cluster.
 
-The cluster is started by this module with ``ray start --head --block`` (2 CPUs, free ports,
-its own temp dir so no other Ray on the machine is affected) and stopped by terminating
-that one process, which stops everything it started (``ray stop`` would stop every Ray on
-the machine).
+The cluster is conftest's ``ray_address`` (one per test session, 2 CPUs, loopback): the job
+runs in a subprocess and joins it through ``RAY_ADDRESS``, like a job on a real cluster.
 """
 
 from __future__ import annotations
@@ -11,13 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,52 +23,6 @@ from ray_jobs.reproduce import COLUMNS, RunSpec, aggregate, main, markdown_table
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[str]:
-    """``ray start --head`` on 127.0.0.1 with 2 CPUs; yields its address; stopped after."""
-    gcs, dashboard, client, agent, agent_grpc, runtime_env, metrics = free_ports(7)
-    temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
-    log = open(Path(temp_dir) / "ray-start.log", "w+")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    command = [
-        str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-        f"--port={gcs}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
-        f"--object-store-memory={256 * 2**20}", "--include-dashboard=false",
-        f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
-        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-        f"--temp-dir={temp_dir}", "--disable-usage-stats",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 180
-        while "Ray runtime started" not in Path(log.name).read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start failed:\n{Path(log.name).read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"127.0.0.1:{gcs}"
-    finally:
-        process.terminate()  # --block: stops every process this `ray start` started
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
 def job_env(address: str) -> dict[str, str]:
     return {
         **os.environ,
@@ -86,7 +33,7 @@ def job_env(address: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_reproduce_configs_x_seeds_on_a_cluster(ray_head, tmp_path):
+def test_reproduce_configs_x_seeds_on_a_cluster(ray_address, tmp_path):
     local = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     local.update(name="quick-local", algorithm={"name": "local"})
     local_yaml = tmp_path / "quick-local.yaml"
@@ -98,7 +45,7 @@ def test_reproduce_configs_x_seeds_on_a_cluster(ray_head, tmp_path):
         "rounds=1", "data.num_clients=4", "join_ratio=0.5", "data.partition.name=pathological",
     ]  # fmt: skip
     proc = subprocess.run(
-        command, cwd=REPO, env=job_env(ray_head), capture_output=True, text=True, timeout=400
+        command, cwd=REPO, env=job_env(ray_address), capture_output=True, text=True, timeout=400
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "| quickstart (fedavg) | 2 |" in proc.stdout

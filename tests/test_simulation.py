@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from helpers import quickstart
 
 from fedsim.algorithms.base import ClientPlan
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import ALGORITHMS, register
 from fedsim.cli import main
-from fedsim.config import load_config
 from fedsim.errors import ClientFailureError
 from fedsim.experiment import run_experiment
 from fedsim.round_records import aggregation_shares
@@ -23,14 +23,10 @@ from fedsim.tracking.base import MemorySink
 from lightning_modules.hooks import ClientTerms
 
 
-def config(*overrides: str):
-    return load_config("configs/quickstart.yaml", ["runtime.executor=local", *overrides])
-
-
 @pytest.mark.slow
 def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
     began = time.perf_counter()
-    result = run_experiment(config("rounds=8"), tmp_path / "run", progress=False)
+    result = run_experiment(quickstart("rounds=8"), tmp_path / "run", progress=False)
     elapsed = time.perf_counter() - began
     assert result.summary["final"]["acc_weighted"] >= 0.85, result.summary
     assert elapsed < 120
@@ -46,9 +42,9 @@ def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
 def test_local_beats_fedavg_on_pathological_split(tmp_path):
     """The effect the seeds start from: with 2 classes a client, a global model loses."""
     common = ["rounds=5", "data.partition.name=pathological", "data.partition.classes_per_client=2"]
-    fedavg = run_experiment(config(*common), tmp_path / "fedavg", progress=False)
+    fedavg = run_experiment(quickstart(*common), tmp_path / "fedavg", progress=False)
     local = run_experiment(
-        config(*common, "algorithm.name=local"), tmp_path / "local", progress=False
+        quickstart(*common, "algorithm.name=local"), tmp_path / "local", progress=False
     )
     f, lo = fedavg.summary["best"]["acc_weighted"], local.summary["best"]["acc_weighted"]
     assert lo > 0.9 and lo > f + 0.15, (lo, f)
@@ -75,7 +71,7 @@ def test_same_seed_same_summary(tmp_path):
 @pytest.mark.slow
 def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
     result = run_experiment(
-        config("rounds=2", "data.num_clients=10", "join_ratio=0.3"),
+        quickstart("rounds=2", "data.num_clients=10", "join_ratio=0.3"),
         tmp_path / "run",
         progress=False,
     )
@@ -87,7 +83,7 @@ def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
 @pytest.mark.slow
 def test_each_trained_client_reports_its_share_of_the_aggregate():
     """FedAvg's share is n_i / sum n over the cohort (by hand); untrained clients have none."""
-    sim = Simulation(config("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
+    sim = Simulation(quickstart("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
     sink = MemorySink()
     sim.run(LocalExecutor(sim.worker_spec, sim.data), [sink])
     sizes = sim.data.train_sizes()
@@ -137,7 +133,7 @@ class PoisonedFedAvg(FedAvg):
 
 
 def test_non_finite_client_left_out_and_reported(tmp_path):
-    cfg = config(
+    cfg = quickstart(
         "rounds=2", "data.num_clients=6", "algorithm.name=test_poisoned", "algorithm.clients=[4]"
     )
     result = run_experiment(cfg, tmp_path / "run", progress=False)
@@ -147,7 +143,7 @@ def test_non_finite_client_left_out_and_reported(tmp_path):
 
 
 def test_too_many_failures_stop_the_run(tmp_path):
-    cfg = config(
+    cfg = quickstart(
         "rounds=2",
         "data.num_clients=4",
         "algorithm.name=test_poisoned",

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from helpers import assert_same
 
 from fedsim.config import load_config
 from fedsim.runtime.executor import LocalExecutor
@@ -23,13 +24,6 @@ def state(value: float, n: int = 250) -> dict:
         "round": int(value),
         "nested": {"velocity": torch.full((2, 2), -float(value), dtype=torch.float64)},
     }
-
-
-def assert_same(a: dict, b: dict) -> None:
-    assert torch.equal(a["params"], b["params"]) and a["params"].dtype == b["params"].dtype
-    np.testing.assert_array_equal(a["control"], b["control"])
-    assert a["round"] == b["round"]
-    assert torch.equal(a["nested"]["velocity"], b["nested"]["velocity"])
 
 
 def test_mapping_api_in_memory():

@@ -31,7 +31,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     WeightedSum,
 )
-from fedsim.config import checked
+from fedsim.checks import checked
 from fedsim.data.datasets import DATASET_NAMES
 from fedsim.errors import ConfigError
 

@@ -28,7 +28,7 @@ from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUp
 from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.config import checked
+from fedsim.checks import checked
 
 PERSONAL_KEY = 13  # seeds the personal pass apart from the main training
 

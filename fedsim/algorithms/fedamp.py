@@ -53,7 +53,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.config import checked
+from fedsim.checks import checked
 from fedsim.sizes import nbytes
 
 

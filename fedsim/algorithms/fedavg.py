@@ -31,7 +31,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.config import checked
+from fedsim.checks import checked
 
 if TYPE_CHECKING:
     from fedsim.data.datasets import ImageDataset
@@ -42,8 +42,12 @@ if TYPE_CHECKING:
 class FedAvgParams(WeightingParams):
     """``algorithm.*`` keys of FedAvg: the aggregation weights and the server optimizer."""
 
-    server_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")
-    server_momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")
+    server_lr: float = checked(  # server step on the averaged client update (1: plain FedAvg)
+        1.0, lambda v: v > 0, "must be > 0"
+    )
+    server_momentum: float = checked(  # server momentum beta (FedAvgM; 0: none)
+        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)"
+    )
 
 
 @register

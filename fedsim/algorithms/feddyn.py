@@ -30,7 +30,7 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.config import checked
+from fedsim.checks import checked
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
@@ -42,7 +42,7 @@ class FedDynParams(WeightingParams):
     """``algorithm.*`` keys of FedDyn: alpha, the penalty form and the weighting keys."""
 
     weighting: str = "uniform"
-    alpha: float = checked(0.01, lambda v: v > 0, "must be > 0")
+    alpha: float = checked(0.01, lambda v: v > 0, "must be > 0")  # dynamic regularizer strength
     penalty: str = checked(  # norm (PFLlib, ALGORITHMS.md) | squared (the FedDyn paper)
         "norm", lambda v: v in PENALTIES, "allowed: norm, squared"
     )

@@ -71,7 +71,9 @@ class FedPerParams(AlgorithmParams):
     cold_start_rounds: int = 0  # R: full-model FedAvg rounds before the split
     client_personal_layers: dict | None = None  # {client: K}, overrides tiers and the default
     client_tiers: dict | None = None  # {client: tier}, K from tier_personal_layers
-    tier_personal_layers: dict = field(default_factory=lambda: {"high": 3, "mid": 2, "low": 1})
+    tier_personal_layers: dict = field(  # {tier: K}, the K of each tier in client_tiers
+        default_factory=lambda: {"high": 3, "mid": 2, "low": 1}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.personal_layers, bool) or self.personal_layers < 0:

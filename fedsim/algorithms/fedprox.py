@@ -15,7 +15,7 @@ from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.config import checked
+from fedsim.checks import checked
 from fedsim.errors import ConfigError
 
 
@@ -23,7 +23,7 @@ from fedsim.errors import ConfigError
 class FedProxParams(FedAvgParams):
     """``algorithm.*`` keys of FedProx: ``mu`` (required) and FedAvg's keys."""
 
-    mu: float | None = checked(
+    mu: float | None = checked(  # proximal strength: loss += (mu/2) ||w - w_global||^2; required
         None, lambda v: v is None or v >= 0, "must be >= 0 (0: plain FedAvg)"
     )
 

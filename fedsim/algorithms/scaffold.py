@@ -35,7 +35,7 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.config import checked
+from fedsim.checks import checked
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
@@ -45,7 +45,7 @@ class ScaffoldParams(WeightingParams):
     """``algorithm.*`` keys of SCAFFOLD: the server step eta_g and the weighting keys."""
 
     weighting: str = "uniform"
-    global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")
+    global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")  # server step eta_g
 
 
 class ControlVariateCorrection(ClientTerms):

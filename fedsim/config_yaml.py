@@ -1,0 +1,93 @@
+"""Reading a config: YAML files and dotted ``key=value`` overrides into a nested dict.
+
+Validation of that dict is fedsim/config.py's; every error here is a one-line ConfigError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsim.errors import ConfigError
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys (plain YAML lets the last one win)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, Hashable) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key) if isinstance(key, Hashable) else None
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def parse_yaml(text: str, key: str) -> Any:
+    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or err.__class__.__name__
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        detail = " ".join(f"{problem}{where}".split())
+        raise ConfigError(key, text, f"not valid YAML ({detail})") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``a.b=value`` -> ("a.b", YAML-typed value)."""
+    if "=" not in text:
+        raise ConfigError("override", text, "expected key=value, e.g. rounds=50")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    if not key or any(not part.isidentifier() for part in key.split(".")):
+        raise ConfigError("override", text, "expected dotted.key=value, e.g. client.lr=0.01")
+    return key, parse_yaml(value, key) if value.strip() else None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict (unknown keys are caught by ``build_dataclass``)."""
+    for text in overrides:
+        key, value = parse_override(text)
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(key, value, f"{part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping; ConfigError if missing, invalid or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("config", str(path), "file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            "config", str(path), f"not UTF-8 text (byte {err.start}): save it as UTF-8"
+        ) from None
+    except OSError as err:
+        raise ConfigError("config", str(path), f"cannot be read ({err.strerror})") from None
+    try:
+        raw = parse_yaml(text, "config") or {}
+    except ConfigError as err:
+        raise ConfigError("config", str(path), err.allowed) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", str(path), "must be a YAML mapping")
+    return raw
