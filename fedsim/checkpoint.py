@@ -9,15 +9,26 @@ state store inside the server state (FedFomo's) pickles its states, not its spil
 A resumed run hands those records to its sinks again, so ``metrics.jsonl``, ``clients.csv``
 and a W&B run show the whole run, then goes on from the next round; cohorts and client seeds
 depend only on (seed, round, client), so the result is the run that was never interrupted.
-Only the newest checkpoint is kept
-(``<run_dir>/checkpoints/round_<rounds trained>.pt``); it is written under a temporary name
-and renamed, so a crash never leaves a half-written one.
+
+The newest two checkpoints are kept (``<run_dir>/checkpoints/round_<rounds trained>.pt``).
+Each is written under a temporary name, loaded back to verify it, and only then renamed and
+the older ones deleted, so a crash or a bad write never leaves the run without a good one; a
+resume whose newest checkpoint is damaged falls back to the one before it, with a warning.
+
+Loading never runs code from the file: ``torch.load(weights_only=True)`` with an allowlist
+of the globals a checkpoint may name: classes defined in fedsim's own state-holding modules
+and ``lightning_modules``, numpy's array and dtype reconstruction, and the modules of the
+run's algorithm and model when its config names them by import path. Anything else is a
+one-line ``ConfigError`` before the file is unpickled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
+import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +41,21 @@ from fedsim.tracking.base import ClientRow, RoundRecord
 FORMAT = 1
 # Keys a resumed run may change: how long it runs, where it runs, where it reports.
 RESUMABLE_CHANGES = ("name", "rounds", "checkpoint_every", "runtime", "tracking")
+KEEP = 2  # checkpoints kept: the newest and the one before it
+# fedsim's packages whose classes a checkpoint may name...
+TRUSTED_PACKAGES = ("fedsim", "lightning_modules")
+# ...except the modules that drive runs (their constructors read data, start runs, write files)
+UNTRUSTED_MODULES = (
+    "fedsim.cli",
+    "fedsim.experiment",
+    "fedsim.simulation",
+    "fedsim.runtime",
+    "fedsim.tracking",
+    "fedsim.search",
+    "fedsim.plugins",
+    "fedsim.interrupts",
+)
+_NAME = re.compile(r"round_(\d+)\.pt")
 
 
 @dataclass
@@ -42,12 +68,37 @@ class Checkpoint:
     algorithm: Any = None  # the run's Algorithm (None in checkpoints written before it was kept)
 
 
+class CheckpointUnreadable(Exception):
+    """A checkpoint file that cannot be read back; ``reason`` says why in a few words."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def checkpoints(run_dir: str | Path) -> list[Path]:
+    """Every checkpoint under ``run_dir/checkpoints``, newest first."""
+    found = [p for p in checkpoint_dir(run_dir).glob("round_*.pt") if _NAME.fullmatch(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.fullmatch(p.name)[1]), reverse=True)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint under ``run_dir/checkpoints`` (None: there is none)."""
+    found = checkpoints(run_dir)
+    return found[0] if found else None
+
+
 def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
-    """Write ``checkpoint`` atomically, then delete the older ones; returns its path."""
+    """Write ``checkpoint``, verify it loads, keep it and the one before it; returns its path.
+
+    The file is written under a temporary name and loaded back (with the allowlist a resume
+    uses) before it replaces anything, so a checkpoint that could not be resumed from fails
+    the run now (ConfigError, or CheckpointUnreadable), not its resume later.
+    """
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"round_{checkpoint.rounds_trained:05d}.pt"
@@ -68,44 +119,308 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
         ],
     }
     tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
+    try:
+        with open(tmp, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        verified = load_checkpoint(tmp, checkpoint.config)
+    except ConfigError as err:  # it holds an object a resume would refuse to load
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(
+            "checkpoint_every",
+            checkpoint.config.get("checkpoint_every"),
+            f"the round-{checkpoint.rounds_trained} checkpoint "
+            f"{err.allowed.removeprefix('checkpoint ')}, "
+            "so it could not be resumed from; keep such objects out of the algorithm and its "
+            "states, or set checkpoint_every=0",
+        ) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    close_stores(verified.state)
+    close_stores(verified.client_states)
     os.replace(tmp, path)
-    for old in folder.glob("round_*.pt"):
-        if old != path:
+    # keep the two newest up to this one; any newer ones belong to a run this one replaced
+    # (a resume that fell back past a damaged checkpoint)
+    older = 0
+    for old in checkpoints(run_dir):
+        rounds = int(_NAME.fullmatch(old.name)[1])
+        if rounds > checkpoint.rounds_trained:
             old.unlink(missing_ok=True)
+        elif rounds < checkpoint.rounds_trained:
+            older += 1
+            if older >= KEEP:
+                old.unlink(missing_ok=True)
     return path
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest checkpoint under ``run_dir/checkpoints`` (None: there is none)."""
-    found = sorted(checkpoint_dir(run_dir).glob("round_*.pt"))
-    return found[-1] if found else None
+def close_stores(value: Any) -> None:
+    """Close every client state store inside ``value`` (dicts, lists, tuples)."""
+    from fedsim.storage import ClientStateStore
+
+    if isinstance(value, ClientStateStore):
+        value.close()
+    elif isinstance(value, dict):
+        for item in value.values():
+            close_stores(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            close_stores(item)
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    if payload.get("format") != FORMAT:
-        raise ConfigError("--resume", str(path), f"not a fedsim checkpoint of format {FORMAT}")
-    records = [
-        RoundRecord(r["round"], r["summary"], [ClientRow(**c) for c in r["clients"]])
-        for r in payload["records"]
-    ]
-    return Checkpoint(
-        payload["rounds_trained"],
-        payload["config"],
-        payload["state"],
-        payload["client_states"],
-        records,
-        payload.get("algorithm"),
-    )
+def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> Checkpoint:
+    """The checkpoint at ``path``, unpickled without running code from it.
+
+    ``config``: the run's config (its ``config.yaml``, or the resuming run's), whose algorithm
+    and model modules, when named by import path, the checkpoint may reference. Raises
+    CheckpointUnreadable (a damaged file) or ConfigError (it names a global fedsim does not
+    load).
+    """
+    path = Path(path)
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception as err:  # noqa: BLE001 - any failure to read it is damage
+        raise CheckpointUnreadable(path, _damage(path, err)) from None
+    outside = [n for n in names if n.split(".")[0] not in ("numpy", *TRUSTED_PACKAGES)]
+    plugins = plugin_modules(config) if outside else []
+    allowed = [(_allowed_global(name, path, plugins), name) for name in sorted(names)]
+    if "numpy.dtype" in names:  # a dtype unpickles into its class (Float32DType...): built too
+        allowed += _numpy_dtype_classes()
+    try:
+        with torch.serialization.safe_globals(allowed):
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001
+        raise CheckpointUnreadable(path, _damage(path, err)) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointUnreadable(path, f"not a fedsim checkpoint of format {FORMAT}")
+    try:
+        records = [
+            RoundRecord(r["round"], r["summary"], [ClientRow(**c) for c in r["clients"]])
+            for r in payload["records"]
+        ]
+        return Checkpoint(
+            payload["rounds_trained"],
+            payload["config"],
+            payload["state"],
+            payload["client_states"],
+            records,
+            payload.get("algorithm"),
+        )
+    except (KeyError, TypeError) as err:
+        raise CheckpointUnreadable(
+            path, f"incomplete fedsim checkpoint ({_one_line(err)})"
+        ) from None
+
+
+def newest_readable_checkpoint(
+    run_dir: str | Path, config: dict[str, Any] | None = None
+) -> tuple[Checkpoint | None, Path | None, list[CheckpointUnreadable]]:
+    """The newest checkpoint in ``run_dir`` that loads, its path, and the newer ones that did not.
+
+    (None, None, damaged) when none loads. A checkpoint that names a global fedsim does not
+    load raises ConfigError at once: it is refused, not skipped.
+    """
+    damaged: list[CheckpointUnreadable] = []
+    for path in checkpoints(run_dir):
+        try:
+            return load_checkpoint(path, config), path, damaged
+        except CheckpointUnreadable as err:
+            damaged.append(err)
+    return None, None, damaged
+
+
+def _one_line(err: object, limit: int = 160) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _damage(path: Path, err: BaseException) -> str:
+    """Why ``path`` could not be loaded, in a few words."""
+    if isinstance(err, OSError) and not path.is_file():
+        return "missing"
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if size == 0:
+        return "empty file"
+    if head != b"PK\x03\x04":
+        return f"not a checkpoint file: {size} bytes that are not a torch.save archive"
+    if not zipfile.is_zipfile(path):
+        return f"truncated at {size} bytes"
+    return f"unreadable: {type(err).__name__}: {_one_line(err)}"
+
+
+# numpy's array, scalar and dtype reconstruction (numpy 1 and 2 spell the module differently)
+def _numpy_global(name: str) -> Any:
+    import numpy as np
+
+    multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray
+    fixed = {"numpy.ndarray": np.ndarray, "numpy.dtype": np.dtype}
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        fixed[f"{module}._reconstruct"] = multiarray._reconstruct
+        fixed[f"{module}.scalar"] = multiarray.scalar
+    if name in fixed:
+        return fixed[name]
+    prefix = "numpy.dtypes."
+    if name.startswith(prefix) and hasattr(np, "dtypes"):
+        obj = getattr(np.dtypes, name[len(prefix) :], None)
+        if isinstance(obj, type) and issubclass(obj, np.dtype):
+            return obj
+    return None
+
+
+def _numpy_dtype_classes() -> list[type]:
+    """numpy's dtype classes (``numpy.dtypes.Float32DType``...; none before numpy 1.25)."""
+    import numpy as np
+
+    found = vars(np.dtypes).values() if hasattr(np, "dtypes") else []
+    return [c for c in found if isinstance(c, type) and issubclass(c, np.dtype)]
+
+
+def plugin_modules(config: dict[str, Any] | None) -> list[str]:
+    """The modules of ``config``'s algorithm and model named by import path (``module:Class``).
+
+    Only a real subclass of ``Algorithm`` / ``FLModule`` counts; one that does not import,
+    or is not one, is left out (its checkpoint globals are then refused).
+    """
+    from fedsim.plugins import import_subclass, is_import_path
+
+    modules: list[str] = []
+    if not isinstance(config, dict):
+        return modules
+    for section in ("algorithm", "model"):
+        name = (
+            config.get(section, {}).get("name") if isinstance(config.get(section), dict) else None
+        )
+        if not (isinstance(name, str) and is_import_path(name)):
+            continue
+        if section == "algorithm":
+            from fedsim.algorithms.base import Algorithm as base
+        else:
+            from lightning_modules.base import FLModule as base
+        try:
+            cls = import_subclass(f"{section}.name", name, base, "")
+        except ConfigError:
+            continue
+        modules.append(cls.__module__)
+    return modules
+
+
+def _defined_in(module_name: str, qualname: str) -> Any:
+    """The object ``module_name.qualname`` if it is defined in that module (not imported into
+    it), else None."""
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001 - refused by the caller
+        return None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if getattr(obj, "__module__", None) != module_name:
+        return None
+    return obj if getattr(obj, "__qualname__", None) == qualname else None
+
+
+def _fedsim_class(name: str) -> Any:
+    """The class a checkpoint global ``name`` names in fedsim's state-holding modules, or None.
+
+    The longest importable prefix of ``name`` is its module; modules that drive runs are
+    refused before they are imported. Classes only: fedsim's functions include ones that
+    delete folders.
+    """
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:k])
+        if any(module_name == u or module_name.startswith(u + ".") for u in UNTRUSTED_MODULES):
+            return None
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            continue
+        obj = _defined_in(module_name, ".".join(parts[k:]))
+        return obj if isinstance(obj, type) else None
+    return None
+
+
+def _allowed_global(name: str, path: Path, plugins: list[str]) -> Any:
+    """The object for checkpoint global ``name`` if fedsim loads it; ConfigError otherwise."""
+    top = name.split(".")[0]
+    obj = None
+    if top == "numpy":
+        obj = _numpy_global(name)
+    elif top in TRUSTED_PACKAGES:
+        obj = _fedsim_class(name)
+    else:
+        for module_name in plugins:
+            if name.startswith(module_name + "."):
+                obj = _defined_in(module_name, name[len(module_name) + 1 :])
+                break
+    if obj is None:
+        raise ConfigError(
+            "--resume", str(path), f"checkpoint references {name}, which fedsim does not load"
+        )
+    return obj
+
+
+def _filled(old: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with the keys it lacks (at any depth) taken from ``defaults``."""
+    out = dict(old)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _filled(out[key], value)
+    return out
+
+
+def config_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """Every key's default, resolved as a config dict, ``config``'s algorithm's keys included.
+
+    An algorithm key that must be given (it has no usable default) is left out: never filled.
+    """
+    import json
+
+    from fedsim.config import ExperimentConfig, load_config
+
+    algorithm = config.get("algorithm") or {}
+    given: dict[str, Any] = {}  # keys the algorithm requires, taken from ``config``
+    try:
+        for _ in range(len(algorithm) + 1):
+            overrides = [f"algorithm.{k}={json.dumps(v)}" for k, v in given.items()]
+            try:
+                defaults = load_config(None, [f"algorithm.name={algorithm['name']}", *overrides])
+                break
+            except ConfigError as err:
+                key = err.key.removeprefix("algorithm.")
+                if err.key == key or key in given or key not in algorithm:
+                    raise
+                given[key] = algorithm[key]
+        else:
+            raise ValueError("too many required algorithm keys")
+    except Exception:  # noqa: BLE001 - then the algorithm's keys have no defaults
+        out = ExperimentConfig().to_dict()
+        out["algorithm"] = {}
+        return out
+    out = defaults.to_dict()
+    for key in given:
+        out["algorithm"].pop(key, None)
+    return out
 
 
 def check_resumable(checkpoint: Checkpoint, config: dict[str, Any], path: Path) -> None:
-    """Raise ConfigError unless ``config`` continues the checkpoint's run."""
+    """Raise ConfigError unless ``config`` continues the checkpoint's run.
+
+    A key the checkpoint's config lacks (one added to fedsim after it was written) counts as
+    unchanged when ``config`` has its default there.
+    """
+    saved = _filled(checkpoint.config, config_defaults(config))
     changed = sorted(
         key
-        for key in set(config) | set(checkpoint.config)
-        if key not in RESUMABLE_CHANGES and config.get(key) != checkpoint.config.get(key)
+        for key in set(config) | set(saved)
+        if key not in RESUMABLE_CHANGES and config.get(key) != saved.get(key)
     )
     if changed:
         raise ConfigError(

@@ -12,8 +12,7 @@ from fedsim.checkpoint import (
     Checkpoint,
     check_resumable,
     checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
+    newest_readable_checkpoint,
 )
 from fedsim.config import ExperimentConfig
 from fedsim.errors import ConfigError
@@ -48,17 +47,28 @@ def write_report_safely(run_dir: Path) -> list[Path]:
 
 
 def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
-    """The newest checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError)."""
-    path = latest_checkpoint(run_dir)
-    if path is None:
+    """The newest readable checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError).
+
+    Damaged newer ones are skipped with a one-line warning; none readable is a ConfigError.
+    """
+    config = cfg.to_dict()
+    checkpoint, path, damaged = newest_readable_checkpoint(run_dir, config)
+    if not damaged and checkpoint is None:
         raise ConfigError(
             "--resume",
             str(run_dir),
             f"no checkpoint in {checkpoint_dir(run_dir)} (a run saves them when "
             "checkpoint_every > 0)",
         )
-    checkpoint = load_checkpoint(path)
-    check_resumable(checkpoint, cfg.to_dict(), path)
+    if checkpoint is None or path is None:
+        reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
+        raise ConfigError("--resume", str(run_dir), f"no readable checkpoint ({reasons})")
+    if damaged:
+        skipped = "; ".join(
+            f"{err.path.parent.name}/{err.path.name} is damaged ({err.reason})" for err in damaged
+        )
+        print(f"fedsim: warning: {skipped}; resuming from {path.name}", file=sys.stderr)
+    check_resumable(checkpoint, config, path)
     return checkpoint
 
 
@@ -215,20 +225,28 @@ def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
     """The algorithm's end-of-run figures (cwFedAvg's row norms) again, from the final checkpoint.
 
     Needs only the checkpoint (it holds the algorithm, the server state and every client's
-    state): no dataset, no simulation. Returns [] when there is no checkpoint, when it is not
-    the run's last (``checkpoint_every`` > 0 and the run finished), or when it predates
-    checkpoints that hold the algorithm.
+    state): no dataset, no simulation. Returns [] when there is no readable checkpoint (a
+    damaged or refused one is a one-line warning), when the newest readable one is not the
+    run's last (``checkpoint_every`` > 0 and the run finished), or when it predates
+    checkpoints that hold the algorithm. The checkpoint may reference the modules of the
+    algorithm and model that ``run_dir/config.yaml`` names by import path.
     """
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        return []
+    import yaml
+
     try:
-        checkpoint = load_checkpoint(path)
-    except ImportError as err:  # e.g. an algorithm named by import path, not importable here
-        print(
-            f"fedsim: {path}: cannot load the checkpoint ({err}); figures not redrawn",
-            file=sys.stderr,
-        )
+        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        config = None
+    try:
+        checkpoint, _, damaged = newest_readable_checkpoint(run_dir, config)
+    except ConfigError as err:  # it names code fedsim does not load
+        print(f"fedsim: warning: {err.allowed} ({err.value}); figures not redrawn", file=sys.stderr)
+        return []
+    if damaged:  # an older checkpoint does not hold the final state: nothing to redraw
+        reasons = "; ".join(f"{err.path} is damaged ({err.reason})" for err in damaged)
+        print(f"fedsim: warning: {reasons}; figures not redrawn", file=sys.stderr)
+        return []
+    if checkpoint is None:
         return []
     if checkpoint.algorithm is None or checkpoint.rounds_trained != checkpoint.config["rounds"]:
         return []

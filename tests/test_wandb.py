@@ -14,7 +14,8 @@ from tracking_runs import MAX_CLIENT_SERIES, tiny_runs
 from fedsim.config import WandbConfig, load_config
 from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
-from fedsim.tracking.wandb_sink import WandbSink, read_offline_run, resolve_mode
+from fedsim.tracking.wandb_offline import read_offline_run
+from fedsim.tracking.wandb_sink import WandbSink, resolve_mode
 
 
 def normalized(rows: list) -> set[tuple]:

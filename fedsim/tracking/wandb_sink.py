@@ -7,8 +7,7 @@ Nothing here may fail or block the experiment: any W&B error is reported once on
 the sink goes quiet. After the run the W&B service process is stopped (``wandb.teardown``)
 unless another W&B run of this process is still active.
 
-``read_offline_run`` reads an offline ``.wandb`` file back (config, history, summary) so tests
-and users can check what will be uploaded before syncing.
+``fedsim.tracking.wandb_offline.read_offline_run`` reads an offline run back.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import sys
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -265,98 +261,3 @@ class WandbSink(Sink):
             pass
         if self.mode == "offline" and self.offline_dir is not None:
             _warn(f"offline run in {self.offline_dir}; upload with: wandb sync {self.offline_dir}")
-
-
-# --- reading an offline run back ---
-_BLOCK = 32768
-_HEADER = struct.Struct("<4sHB")  # ident ":W&B", magic 0xBEE1, version
-_RECORD = struct.Struct("<IHB")  # crc32, length, type (FULL=1 FIRST=2 MIDDLE=3 LAST=4)
-
-
-@dataclass
-class OfflineRun:
-    """What an offline ``.wandb`` file holds: config, history rows (by step), summary."""
-
-    config: dict[str, Any] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    path: Path | None = None
-
-
-def find_wandb_file(path: str | Path) -> Path:
-    """The ``.wandb`` file of a run folder, its ``wandb/`` folder or an offline-run folder."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    candidates = sorted(path.glob("run-*.wandb"))
-    candidates = candidates or sorted(path.glob("offline-run-*/run-*.wandb"))
-    candidates = candidates or sorted(path.glob("wandb/offline-run-*/run-*.wandb"))
-    candidates = candidates or sorted(path.glob("wandb/run-*/run-*.wandb"))
-    if not candidates:
-        raise FileNotFoundError(f"no W&B run file (*.wandb) under {path}")
-    return candidates[-1]
-
-
-def iter_records(path: str | Path) -> Any:
-    """Yield the protobuf ``Record``s of a ``.wandb`` file (LevelDB log format, 32 KiB blocks)."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = Path(path).read_bytes()
-    ident, _magic, _version = _HEADER.unpack_from(data, 0)
-    if ident != b":W&B":
-        raise ValueError(f"{path}: not a W&B run file")
-    pos, pending = _HEADER.size, b""
-    while pos + _RECORD.size <= len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _RECORD.size:  # block trailer
-            pos += left
-            continue
-        crc, length, kind = _RECORD.unpack_from(data, pos)
-        if length == 0 and kind == 0:
-            pos += left  # zero padding up to the next block
-            continue
-        chunk = data[pos + _RECORD.size : pos + _RECORD.size + length]
-        pos += _RECORD.size + length
-        if zlib.crc32(bytes([kind]) + chunk) & 0xFFFFFFFF != crc:
-            raise ValueError(f"{path}: checksum mismatch at byte {pos}")
-        pending += chunk
-        if kind in (1, 4):  # FULL or LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            pending = b""
-            yield record
-
-
-def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
-    for key in keys[:-1]:
-        target = target.setdefault(key, {})
-    target[keys[-1]] = value
-
-
-def _item_keys(item: Any) -> list[str]:
-    return list(item.nested_key) if item.nested_key else [item.key]
-
-
-def read_offline_run(path: str | Path) -> OfflineRun:
-    """Config, history (one dict per step, in order) and summary of an offline W&B run."""
-    wandb_file = find_wandb_file(path)
-    out = OfflineRun(path=wandb_file)
-    steps: dict[int, dict[str, Any]] = {}
-    for record in iter_records(wandb_file):
-        kind = record.WhichOneof("record_type")
-        if kind in ("run", "config"):
-            items = record.run.config.update if kind == "run" else record.config.update
-            for item in items:
-                _set_nested(out.config, _item_keys(item), json.loads(item.value_json))
-        elif kind == "history":
-            row: dict[str, Any] = {}
-            for item in record.history.item:
-                _set_nested(row, _item_keys(item), json.loads(item.value_json))
-            step = int(row.get("_step", record.history.step.num))
-            steps.setdefault(step, {}).update(row)
-        elif kind == "summary":
-            for item in record.summary.update:
-                _set_nested(out.summary, _item_keys(item), json.loads(item.value_json))
-    out.history = [steps[s] for s in sorted(steps)]
-    out.config.pop("_wandb", None)
-    return out
