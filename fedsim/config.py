@@ -59,8 +59,8 @@ class PartitionConfig:
         0.1, lambda v: v > 0, "must be > 0"
     )
     classes_per_client: int = checked(2, lambda v: v >= 1, "must be >= 1")  # k (pathological)
-    # Clusters C of relabel / rotation / clustered (client k in cluster k % C); null: 4 for
-    # relabel and clustered, continuous angles for rotation
+    # Clusters C of relabel / rotation / clustered (client k in cluster k % C); null: 4 (or
+    # the number of clients if fewer) for relabel and clustered, continuous angles for rotation
     clusters: int | None = checked(
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the setting's default)"
     )

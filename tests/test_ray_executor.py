@@ -90,6 +90,11 @@ def test_pool_that_cannot_fit_is_a_config_error():
         plan_pool(RuntimeConfig(workers=2, gpus_per_worker=0.5), cluster_cpus=4, cluster_gpus=0)
     with pytest.raises(ConfigError, match="runtime.cpus_per_worker=4"):
         plan_pool(RuntimeConfig(cpus_per_worker=4), cluster_cpus=2, cluster_gpus=0)
+    # a GPU per worker on a cluster without one: the GPU setting is named, not the CPUs
+    with pytest.raises(ConfigError, match=r"runtime.gpus_per_worker=1: the cluster has 0 GPUs"):
+        plan_pool(RuntimeConfig(gpus_per_worker=1), cluster_cpus=2, cluster_gpus=0)
+    with pytest.raises(ConfigError, match=r"runtime.gpus_per_worker=2: .* at most 1"):
+        plan_pool(RuntimeConfig(gpus_per_worker=2), cluster_cpus=2, cluster_gpus=1)
 
 
 def test_task_costs_follow_sample_counts():

@@ -6,6 +6,8 @@ object store once. Each round the cohort is split largest-first across the worke
 worker returns one partial aggregate; results come back in worker order, so the reduction
 order is fixed. A worker that dies mid-round is replaced and its share re-run from the
 pre-round state the tasks still carry, so nothing is lost and the results do not change.
+When the replacement cannot be placed (its node is gone and no room is left), the share runs
+on a surviving worker, now and in later rounds: the shares stay the same, so do the results.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
 TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
 STARTUP_TIMEOUT_S = 600.0  # an actor start takes seconds; a cluster may need minutes to scale
+REPLACE_TIMEOUT_S = 60.0  # a dead worker's replacement not placed by then: its node is gone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +81,13 @@ def plan_pool(runtime: RuntimeConfig, cluster_cpus: float, cluster_gpus: float) 
             runtime.device,
             f"the cluster has {cluster_gpus:g} GPUs and runtime.gpus_per_worker={gpus:g}; "
             "allowed here: auto, cpu",
+        )
+    if gpus > cluster_gpus + 1e-9:
+        raise ConfigError(
+            "runtime.gpus_per_worker",
+            gpus,
+            f"the cluster has {cluster_gpus:g} GPUs: not enough for one worker; allowed here: "
+            + (f"at most {cluster_gpus:g}" if cluster_gpus > 0 else "0 or null"),
         )
     cpus = runtime.cpus_per_worker
     by_cpu = int(cluster_cpus / cpus + 1e-9)
@@ -174,10 +184,12 @@ class RayExecutor(Executor):
         *,
         max_failures_per_round: int | None = None,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        replace_timeout_s: float = REPLACE_TIMEOUT_S,
     ):
         self._owns_ray = False
         self._actors: list[Any] = []
         self._data_ref: Any = None
+        self.replace_timeout_s = replace_timeout_s
         try:
             self._connect(runtime)
             resources = ray.cluster_resources()
@@ -212,7 +224,9 @@ class RayExecutor(Executor):
         cpus = os.cpu_count() or 1
         if runtime.workers is not None:
             cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))
-        if join_or_start_ray(runtime.address, num_cpus=cpus):
+        if join_or_start_ray(
+            runtime.address, num_cpus=cpus, connect_timeout_s=runtime.connect_timeout_s
+        ):
             self._owns_ray = True
 
     def _wait_ready(self, timeout_s: float) -> list[dict[str, Any]]:
@@ -241,10 +255,8 @@ class RayExecutor(Executor):
         """Kill the actors; shut down (or disconnect from) Ray if this executor started it."""
         actors, self._actors = self._actors, []
         for actor in actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead or Ray already gone
-                pass
+            if actor is not None:
+                self._kill(actor)
         self._data_ref = None
         if self._owns_ray:
             self._owns_ray = False
@@ -254,7 +266,12 @@ class RayExecutor(Executor):
     def run_round(
         self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]
     ) -> list[WorkerResult]:
-        """Split ``tasks`` largest-first over the workers; one WorkerResult per worker."""
+        """Split ``tasks`` largest-first into one share per worker; one WorkerResult per share.
+
+        The shares do not depend on which actors are alive: a share whose actor died (or
+        whose node is gone) runs on a surviving actor, and the results, merged in share
+        order, are the same as an undisturbed pool's.
+        """
         if not self._actors:
             raise RuntimeError("RayExecutor is closed")
         results = [WorkerResult() for _ in range(self.num_workers)]
@@ -262,49 +279,133 @@ class RayExecutor(Executor):
             return results
         costs = [task_cost(t, self._train_sizes, self._test_sizes, self._epochs) for t in tasks]
         shares = assign_balanced(costs, self.num_workers)
-        broadcast_ref = ray.put(to_wire(broadcast))  # once per round, not once per worker
-        share_refs = {
-            worker: ray.put(to_wire([tasks[i] for i in share]))
-            for worker, share in enumerate(shares)
-            if share
-        }
-        pending = {
-            self._actors[w].run.remote(round_idx, broadcast_ref, ref): w
-            for w, ref in share_refs.items()
-        }
-        failures = 0
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            worker = pending.pop(done[0])
+        round_ = _Round(self, round_idx, ray.put(to_wire(broadcast)))  # one broadcast upload
+        for share, indices in enumerate(shares):
+            if indices:
+                round_.share_refs[share] = ray.put(to_wire([tasks[i] for i in indices]))
+                round_.submit(share, self._runner_for(share))
+        while round_.pending:
+            timeout = round_.seconds_to_next_deadline()
+            done, _ = ray.wait(list(round_.pending), num_returns=1, timeout=timeout)
+            if not done:
+                round_.expire_replacements()
+                continue
+            kind, share, slot, actor = round_.pending.pop(done[0])
+            if kind == "ready":
+                round_.replacement_ready(slot, actor, done[0])
+                continue
             try:
-                results[worker] = ray.get(done[0])
+                results[share] = ray.get(done[0])
             except RayActorError as error:
-                failures += 1
-                if failures > self.max_failures_per_round:
-                    raise RuntimeError(
-                        f"round {round_idx}: {failures} worker failures (limit "
-                        f"{self.max_failures_per_round}); last: {error}"
-                    ) from error
-                log.warning(
-                    "round %d: worker %d died (%s); restarting it and re-running its %d tasks",
-                    round_idx,
-                    worker,
-                    type(error).__name__,
-                    len(shares[worker]),
-                )
-                self._replace_actor(worker)
-                ref = self._actors[worker].run.remote(round_idx, broadcast_ref, share_refs[worker])
-                pending[ref] = worker
+                round_.share_failed(share, slot, actor, error)
         return results
 
-    def _replace_actor(self, worker: int) -> None:
+    def _live_slots(self) -> list[int]:
+        return [slot for slot, actor in enumerate(self._actors) if actor is not None]
+
+    def _runner_for(self, share: int) -> int:
+        """The actor slot that runs ``share``: its own, else a surviving one (spread evenly)."""
+        if self._actors[share] is not None:
+            return share
+        live = self._live_slots()
+        if not live:
+            raise RuntimeError("every Ray worker is gone (their nodes died or were removed)")
+        return live[share % len(live)]
+
+    def _kill(self, actor: Any) -> None:
         try:
-            ray.kill(self._actors[worker], no_restart=True)
+            ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001 - it is dead already
             pass
-        self._actors[worker] = self._new_actor()
 
     # --- test hook ---
     def crash_worker_on_round(self, worker: int, round_idx: int) -> None:
         """Make worker ``worker`` exit abruptly in the middle of round ``round_idx`` (tests)."""
         ray.get(self._actors[worker].crash_on_round.remote(round_idx))
+
+
+class _Round:
+    """Bookkeeping of one ``run_round``: which share runs where, replacements being placed."""
+
+    def __init__(self, executor: RayExecutor, round_idx: int, broadcast_ref: Any):
+        self.executor, self.round_idx, self.broadcast_ref = executor, round_idx, broadcast_ref
+        self.share_refs: dict[int, Any] = {}
+        # ref -> ("run", share, slot, actor) or ("ready", None, slot, candidate actor)
+        self.pending: dict[Any, tuple[str, int | None, int, Any]] = {}
+        self.waiting: dict[int, tuple[Any, Any, float, list[int]]] = {}  # slot -> replacement
+        self.failures = 0
+
+    def submit(self, share: int, slot: int) -> None:
+        actor = self.executor._actors[slot]
+        ref = actor.run.remote(self.round_idx, self.broadcast_ref, self.share_refs[share])
+        self.pending[ref] = ("run", share, slot, actor)
+
+    def seconds_to_next_deadline(self) -> float | None:
+        if not self.waiting:
+            return None
+        return max(0.0, min(w[2] for w in self.waiting.values()) - time.monotonic())
+
+    def share_failed(self, share: int, slot: int, actor: Any, error: Exception) -> None:
+        """``share``'s actor died: wait for its replacement, else run it elsewhere."""
+        executor = self.executor
+        self.failures += 1
+        if self.failures > executor.max_failures_per_round:
+            raise RuntimeError(
+                f"round {self.round_idx}: {self.failures} worker failures (limit "
+                f"{executor.max_failures_per_round}); last: {error}"
+            ) from error
+        log.warning(
+            "round %d: worker %d died (%s) running share %d; starting a replacement",
+            self.round_idx,
+            slot,
+            type(error).__name__,
+            share,
+        )
+        if executor._actors[slot] is actor:  # the first news of this death
+            executor._kill(actor)
+            executor._actors[slot] = None
+            candidate = executor._new_actor()
+            deadline = time.monotonic() + executor.replace_timeout_s
+            self.waiting[slot] = (candidate, candidate.ready.remote(), deadline, [])
+            self.pending[self.waiting[slot][1]] = ("ready", None, slot, candidate)
+        if slot in self.waiting:
+            self.waiting[slot][3].append(share)
+        else:  # this slot's replacement could not be placed: the share moves
+            self.submit(share, executor._runner_for(share))
+
+    def replacement_ready(self, slot: int, candidate: Any, ready_ref: Any) -> None:
+        """The replacement for ``slot`` answered (or died starting): run its shares."""
+        try:
+            ray.get(ready_ref)
+        except RayActorError:
+            self.give_up(slot)
+            return
+        _, _, _, shares = self.waiting.pop(slot)
+        self.executor._actors[slot] = candidate
+        for share in shares:
+            self.submit(share, slot)
+
+    def expire_replacements(self) -> None:
+        """Replacements not placed by their deadline: the cluster has no room (a node left)."""
+        now = time.monotonic()
+        for slot in [s for s, w in self.waiting.items() if w[2] <= now]:
+            self.pending.pop(self.waiting[slot][1], None)
+            self.give_up(slot)
+
+    def give_up(self, slot: int) -> None:
+        candidate, _, _, shares = self.waiting.pop(slot)
+        self.executor._kill(candidate)
+        log.warning(
+            "round %d: no room to restart worker %d within %g s; its shares %s run on the "
+            "surviving workers, now and in later rounds",
+            self.round_idx,
+            slot,
+            self.executor.replace_timeout_s,
+            shares,
+        )
+        for share in shares:
+            if not self.executor._live_slots() and self.waiting:
+                # every other worker is itself being replaced: wait for one of those
+                next(iter(self.waiting.values()))[3].append(share)
+                continue
+            self.submit(share, self.executor._runner_for(share))
