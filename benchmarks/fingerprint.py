@@ -88,7 +88,7 @@ def fingerprint(name: str, overrides: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help=f"runs to fingerprint (default: all of {list(RUNS)})")
+    parser.add_argument("names", nargs="*", help=f"runs to fingerprint (default: {list(RUNS)})")
     args = parser.parse_args(argv)
     for name in args.names or list(RUNS):
         print(fingerprint(name, RUNS[name]), flush=True)

@@ -244,7 +244,7 @@ def _process_share(job: tuple[list[int], np.ndarray, int]) -> tuple[np.ndarray, 
 
 def client_shares(data: FederatedData, cfg: ExperimentConfig, workers: int) -> list[list[int]]:
     """The split fedsim's Ray executor makes (same costs, largest first)."""
-    from fedsim.runtime.ray_executor import task_cost
+    from fedsim.runtime.pool_plan import task_cost
 
     tasks = [ClientTask(c, {}, None, evaluate=True, train=True) for c in range(data.num_clients)]
     costs = [task_cost(t, data.train_sizes(), data.test_sizes(), cfg.client.epochs) for t in tasks]

@@ -16,26 +16,21 @@ import dataclasses
 import logging
 import math
 import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
 from fedsim.config import RuntimeConfig
 from fedsim.data.federated import FederatedData
-from fedsim.errors import ConfigError
-from fedsim.plugins import is_import_path, plugin_paths
 from fedsim.runtime.executor import Executor
+from fedsim.runtime.pool_plan import plan_pool, task_cost
 from fedsim.runtime.ray_cluster import join_or_start_ray
 from fedsim.runtime.ray_worker import WorkerActor
 from fedsim.runtime.scheduling import assign_balanced
+from fedsim.runtime.shipping import plugin_runtime_env
 from fedsim.runtime.worker import (
-    ClientTask,
-    GradientTask,
     Task,
     WorkerResult,
     WorkerSpec,
@@ -44,133 +39,8 @@ from fedsim.wire import to_wire
 
 log = logging.getLogger(__name__)
 
-TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
-TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
 STARTUP_TIMEOUT_S = 600.0  # an actor start takes seconds; a cluster may need minutes to scale
 REPLACE_TIMEOUT_S = 60.0  # a dead worker's replacement not placed by then: its node is gone
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolPlan:
-    """Resolved pool size and per-worker resources."""
-
-    workers: int
-    cpus_per_worker: float
-    gpus_per_worker: float
-
-    @property
-    def threads(self) -> int:
-        """Torch intra-op threads per worker: its whole CPUs, at least one."""
-        return max(1, int(self.cpus_per_worker))
-
-
-def plan_pool(runtime: RuntimeConfig, cluster_cpus: float, cluster_gpus: float) -> PoolPlan:
-    """Workers and resources from the config and the cluster's totals (raises ConfigError).
-
-    Defaults fill the machine: ``workers_per_gpu`` workers per GPU when the cluster has GPUs
-    (each with ``1 / workers_per_gpu`` of one; not with ``device=cpu``), else one worker per
-    ``cpus_per_worker`` CPUs.
-    """
-    gpus = runtime.gpus_per_worker
-    if gpus is None:
-        on_gpu = cluster_gpus > 0 and runtime.device != "cpu"
-        gpus = 1.0 / runtime.workers_per_gpu if on_gpu else 0.0
-    if runtime.device.startswith("cuda") and gpus == 0:
-        raise ConfigError(
-            "runtime.device",
-            runtime.device,
-            f"the cluster has {cluster_gpus:g} GPUs and runtime.gpus_per_worker={gpus:g}; "
-            "allowed here: auto, cpu",
-        )
-    if gpus > cluster_gpus + 1e-9:
-        raise ConfigError(
-            "runtime.gpus_per_worker",
-            gpus,
-            f"the cluster has {cluster_gpus:g} GPUs: not enough for one worker; allowed here: "
-            + (f"at most {cluster_gpus:g}" if cluster_gpus > 0 else "0 or null"),
-        )
-    cpus = runtime.cpus_per_worker
-    by_cpu = int(cluster_cpus / cpus + 1e-9)
-    if runtime.workers is not None:
-        workers = runtime.workers
-    elif gpus > 0:
-        workers = min(int(cluster_gpus / gpus + 1e-9), by_cpu)
-    else:
-        workers = by_cpu
-    if workers < 1:
-        raise ConfigError(
-            "runtime.cpus_per_worker",
-            cpus,
-            f"the cluster has {cluster_cpus:g} CPUs and {cluster_gpus:g} GPUs: not enough for "
-            "one worker",
-        )
-    if workers * cpus > cluster_cpus + 1e-9:
-        raise ConfigError(
-            "runtime.workers",
-            workers,
-            f"{workers} workers x cpus_per_worker={cpus:g} need {workers * cpus:g} CPUs, "
-            f"the cluster has {cluster_cpus:g}; lower runtime.workers or runtime.cpus_per_worker",
-        )
-    if workers * gpus > cluster_gpus + 1e-9:
-        raise ConfigError(
-            "runtime.gpus_per_worker",
-            gpus,
-            f"{workers} workers need {workers * gpus:g} GPUs, the cluster has {cluster_gpus:g}",
-        )
-    return PoolPlan(workers=workers, cpus_per_worker=cpus, gpus_per_worker=gpus)
-
-
-def task_cost(task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epochs: int) -> float:
-    """Relative compute of a task, in sample-forward units (used to balance workers)."""
-    cost = TASK_COST_FIXED
-    if isinstance(task, ClientTask):
-        if task.train:
-            cost += TRAIN_COST_PER_SAMPLE * epochs * float(train_sizes[task.client])
-        if task.evaluate:
-            cost += float(test_sizes[task.client])
-    elif isinstance(task, GradientTask):
-        n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
-        if task.num_samples is not None:
-            n = min(n, task.num_samples)
-        cost += TRAIN_COST_PER_SAMPLE * n
-    return cost
-
-
-def plugin_runtime_env(spec: WorkerSpec, data: FederatedData) -> dict[str, Any]:
-    """``runtime_env`` that ships the user's modules (config import paths) to the workers.
-
-    The model named by path, the algorithm's classes and the dataset's class must import
-    in every actor. Empty when only fedsim's own (or installed) code is in use: no cost.
-    """
-    names = [spec.model_name.partition(":")[0]] if is_import_path(spec.model_name) else []
-    names += [cls.__module__ for cls in type(spec.algorithm).__mro__]
-    for part in (getattr(spec.algorithm, "params", None), getattr(data, "dataset", None)):
-        names.append(type(part).__module__)
-    paths = plugin_paths(names)
-    return ship_py_modules(paths) if paths else {}
-
-
-def ship_py_modules(paths: list[str]) -> dict[str, Any]:
-    """Upload local modules/packages to the cluster; a per-actor ``runtime_env`` using them.
-
-    Ray accepts local ``py_modules`` only in ``ray.init`` (the job), not per actor, and our
-    pool may join a Ray started elsewhere; so we do what ``ray.init`` does: zip each one
-    into the cluster's object store (content-hashed, uploaded once) and pass the URIs, which
-    every node unpacks onto its workers' ``sys.path``. Where Ray's uploader is not there
-    (its module is private), the folders go on the workers' ``PYTHONPATH``: enough on one
-    machine or a shared filesystem.
-    """
-    try:
-        from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
-
-        with tempfile.TemporaryDirectory(prefix="fedsim-py-modules-") as scratch:
-            env = upload_py_modules_if_needed(
-                {"py_modules": list(paths)}, include_gitignore=True, scratch_dir=scratch
-            )
-        return {"py_modules": list(env["py_modules"])}
-    except (ImportError, TypeError):
-        folders = list(dict.fromkeys(str(Path(p).parent) for p in paths))
-        return {"env_vars": {"PYTHONPATH": os.pathsep.join([*folders, "${PYTHONPATH}"])}}
 
 
 class RayExecutor(Executor):
