@@ -55,6 +55,10 @@ def build_data(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> Fe
         classes_per_client=d.partition.classes_per_client,
         train_ratio=d.train_ratio,
         seed=cfg.seed,
+        clusters=d.partition.clusters,
+        step=d.partition.step,
+        base=d.partition.base,
+        sigma=d.partition.sigma,
     )
 
 

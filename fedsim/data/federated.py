@@ -10,10 +10,17 @@ import numpy as np
 import torch
 
 from fedsim.data.datasets import ImageDataset
-from fedsim.data.partition import partition_labels
+from fedsim.data.heterogeneity import (
+    HETEROGENEITY_NAMES,
+    check_settings,
+    partition_clustered,
+    transform_federation,
+)
+from fedsim.data.partition import PARTITION_NAMES, check_partition_inputs, partition_labels
 from fedsim.errors import ConfigError
 
 SPLITS = ("train", "test", "all")
+ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.name
 
 
 @dataclass(frozen=True)
@@ -172,31 +179,60 @@ def build_federated_data(
     classes_per_client: int = 2,
     train_ratio: float = 0.75,
     seed: int = 0,
+    clusters: int | None = None,
+    step: float = 4.0,
+    base: str = "iid",
+    sigma: float = 1.0,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
     Same seed, same partition and splits. Clients hold index arrays only; the images stay in
-    one array.
+    one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
+    permute the labels / rotate the images of each client's samples in a copy of the dataset;
+    `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
     """
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
-    parts = partition_labels(
-        dataset.labels,
-        dataset.num_classes,
-        num_clients,
-        partition,
-        alpha=alpha,
-        classes_per_client=classes_per_client,
-        seed=seed,
-    )
+    if partition not in ALL_PARTITION_NAMES:
+        raise ConfigError(
+            "data.partition.name", partition, f"allowed: {', '.join(ALL_PARTITION_NAMES)}"
+        )
+    extra: dict[str, Any] = {}
+    scheme = partition
+    if partition in HETEROGENEITY_NAMES:
+        check_partition_inputs(dataset.labels, dataset.num_classes, num_clients, seed)
+        clusters = check_settings(partition, num_clients, clusters, step, base, sigma)
+        scheme = base if partition != "clustered" else partition
+    if partition == "clustered":
+        assert clusters is not None
+        parts, extra = partition_clustered(
+            dataset.labels, dataset.num_classes, num_clients, clusters, alpha, sigma, seed
+        )
+    else:
+        parts = partition_labels(
+            dataset.labels,
+            dataset.num_classes,
+            num_clients,
+            scheme,
+            alpha=alpha,
+            classes_per_client=classes_per_client,
+            seed=seed,
+        )
     # An independent stream from the partition's, so splits do not shift the partition.
     split_rng = np.random.default_rng([seed, 1])
     clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
     info: dict[str, Any] = {"name": partition, "seed": seed, "train_ratio": train_ratio}
-    if partition == "dirichlet":
+    if partition in ("relabel", "rotation"):
+        info["base"] = base
+    if scheme == "dirichlet":
         info["alpha"] = alpha
-    elif partition == "pathological":
+    elif scheme == "pathological":
         info["classes_per_client"] = classes_per_client
+    if partition in ("relabel", "rotation"):
+        dataset, extra = transform_federation(
+            dataset, [c.all for c in clients], partition, clusters, step, seed
+        )
+    info.update(extra)
     return FederatedData(dataset=dataset, clients=clients, partition=info)
 
 

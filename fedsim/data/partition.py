@@ -11,6 +11,7 @@ import numpy as np
 from fedsim.errors import ConfigError
 
 PARTITION_NAMES = ("iid", "dirichlet", "pathological")
+BASE_NAMES = PARTITION_NAMES  # the splits `relabel` and `rotation` start from (data.partition.base)
 
 # PFLlib's least_samples = min(batch_size / (1 - train_ratio), N / clients / 2) with its
 # defaults batch_size 10, train_ratio 0.75 -> min(40, N / clients / 2).
@@ -133,6 +134,29 @@ def partition_pathological(
     return _finish(parts)
 
 
+def check_seed(seed: int) -> None:
+    """ConfigError unless `seed` is a non-negative integer."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ConfigError("seed", seed, "a non-negative integer")
+
+
+def check_partition_inputs(
+    labels: np.ndarray, num_classes: int, num_clients: int, seed: int
+) -> None:
+    """ConfigError for a bad seed or client count; ValueError for labels outside 0..K-1."""
+    check_seed(seed)
+    if (
+        isinstance(num_clients, bool)
+        or not isinstance(num_clients, int | np.integer)
+        or not 1 <= num_clients <= len(labels)
+    ):
+        raise ConfigError(
+            "data.num_clients", num_clients, f"an integer from 1 to the {len(labels)} samples"
+        )
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"labels must lie in 0..{num_classes - 1}")
+
+
 def partition_labels(
     labels: np.ndarray,
     num_classes: int,
@@ -145,20 +169,10 @@ def partition_labels(
 ) -> list[np.ndarray]:
     """Validate the partition settings and dispatch to the scheme, seeded by `seed`."""
     labels = np.asarray(labels)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ConfigError("seed", seed, "a non-negative integer")
+    check_seed(seed)
     if scheme not in PARTITION_NAMES:
         raise ConfigError("data.partition.name", scheme, f"allowed: {', '.join(PARTITION_NAMES)}")
-    if (
-        isinstance(num_clients, bool)
-        or not isinstance(num_clients, int | np.integer)
-        or not 1 <= num_clients <= len(labels)
-    ):
-        raise ConfigError(
-            "data.num_clients", num_clients, f"an integer from 1 to the {len(labels)} samples"
-        )
-    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"labels must lie in 0..{num_classes - 1}")
+    check_partition_inputs(labels, num_classes, num_clients, seed)
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         return partition_iid(labels, int(num_clients), rng)
