@@ -107,3 +107,16 @@ def test_config_error_survives_pickling():
     error = pickle.loads(pickle.dumps(ConfigError("data.partition.alpha", 0.1, "raise alpha")))
     assert (error.key, error.value, error.allowed) == ("data.partition.alpha", 0.1, "raise alpha")
     assert str(error) == "data.partition.alpha=0.1: raise alpha"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["run", "--help"], ["tune", "--help"], ["keys", "--help"]]
+)
+def test_help_is_plain_text_and_points_to_the_keys(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "`" not in out  # no reStructuredText markup in a terminal
+    if argv[0] in ("--help", "run"):
+        assert "fedsim keys" in out
