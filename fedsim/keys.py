@@ -128,11 +128,11 @@ def algorithm_keys(name: str) -> list[KeyDoc]:
 
 
 def algorithm_names() -> list[str]:
-    """Every registered algorithm's config name."""
+    """fedsim's own algorithms' config names (a plug-in's keys: ``fedsim keys module:Class``)."""
     from fedsim.algorithms.registry import ALGORITHMS, get_algorithm_class
 
     get_algorithm_class("fedavg")  # fills the registry
-    return sorted(ALGORITHMS)
+    return sorted(n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("fedsim."))
 
 
 def all_keys() -> dict[str, list[KeyDoc]]:
@@ -151,7 +151,7 @@ def select(section: str | None) -> list[KeyDoc]:
         return experiment_keys()
     names = algorithm_names()
     name = section.removeprefix("algorithm.")
-    if name in names:
+    if name in names or ":" in name:  # a built-in, or a plug-in named by import path
         return algorithm_keys(name)
     found = [k for k in experiment_keys() if k.key == section or k.key.startswith(f"{section}.")]
     if not found:

@@ -20,7 +20,7 @@ from fedsim.algorithms.base import Algorithm, FederationInfo, ServerState, merge
 from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
-from fedsim.data.datasets import ImageDataset, load_dataset
+from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
 from fedsim.errors import ClientFailureError
 from fedsim.interrupts import Interruption, deferred_interrupt
@@ -36,12 +36,12 @@ from lightning_modules.registry import build_model
 
 
 @functools.lru_cache(maxsize=4)
-def cached_dataset(name: str, root: str, download: bool) -> ImageDataset:
+def cached_dataset(name: str, root: str, download: bool) -> Dataset:
     """Load a dataset once per process (tests and sweeps reuse it)."""
     return load_dataset(name, root, download=download)
 
 
-def build_data(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> FederatedData:
+def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> FederatedData:
     """The config's dataset (or ``dataset``, e.g. a subset of it), partitioned and split per
     client as the config says (raises ConfigError)."""
     d = cfg.data
@@ -59,15 +59,13 @@ def build_data(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> Fe
         step=d.partition.step,
         base=d.partition.base,
         sigma=d.partition.sigma,
+        min_samples=d.min_samples,
     )
 
 
 def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
-    ds = data.dataset
     return {
-        "in_channels": ds.in_channels,
-        "num_classes": ds.num_classes,
-        "image_size": ds.image_size,
+        **data.dataset.model_kwargs(),  # images: in_channels, image_size; text: vocab_size, seq_len
         "lr": cfg.client.lr,
         "momentum": cfg.client.momentum,
         "weight_decay": cfg.client.weight_decay,
@@ -85,6 +83,7 @@ def federation_info(module: FLModule, data: FederatedData) -> FederationInfo:
         block_names=list(module.block_names),
         block_parameters={b: module.block_parameters(b) for b in module.block_names},
         client_train_indices=[c.train for c in data.clients],
+        client_clusters=data.partition.get("client_clusters"),
     )
 
 

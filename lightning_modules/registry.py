@@ -10,6 +10,7 @@ from lightning_modules.base import FLModule
 MODELS: dict[str, str] = {
     "fedavg_cnn": "lightning_modules.cnn:FedAvgCNN",
     "resnet18": "lightning_modules.resnet:ResNet18",
+    "char_lstm": "lightning_modules.char_lstm:CharLSTM",
 }
 MODEL_NAMES = tuple(MODELS)
 ALLOWED = (
@@ -31,10 +32,23 @@ def model_class(name: str) -> type[FLModule]:
     return cls
 
 
-def build_model(
-    name: str, *, in_channels: int, num_classes: int, image_size: int, **optim: float
-) -> FLModule:
-    """Build model ``name`` for images of the given shape; ``optim`` holds lr/momentum/wd."""
-    return model_class(name)(
-        in_channels=in_channels, num_classes=num_classes, image_size=image_size, **optim
-    )
+def build_model(name: str, **kwargs: float) -> FLModule:
+    """Build model ``name`` with the shape keywords its data implies (images: in_channels,
+    num_classes, image_size; text: vocab_size, seq_len, num_classes) and lr/momentum/wd.
+    Raises ConfigError if the model takes none of those shape keywords (wrong kind of data)."""
+    import inspect
+
+    from fedsim.errors import ConfigError
+
+    cls = model_class(name)
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        missing = [k for k in kwargs if k not in params]
+        if missing:
+            raise ConfigError(
+                "model.name",
+                name,
+                f"{cls.__name__} takes no {', '.join(missing)}, which data.name implies; "
+                f"pick a model for that data ({ALLOWED})",
+            )
+    return cls(**kwargs)

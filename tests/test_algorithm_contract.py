@@ -57,7 +57,14 @@ BASE = [
 # fedsim's own algorithms (tests may register test-only ones in the same session)
 BUILT_IN = sorted(n for n, c in ALGORITHMS.items() if c.__module__.startswith("fedsim."))
 # keys an algorithm has no default for (its ConfigError names them)
-REQUIRED = {"fedprox": ["algorithm.mu=0.01"]}
+REQUIRED = {
+    "fedprox": ["algorithm.mu=0.01"],
+    # the true clusters come from a clustered partition
+    "oracle": ["data.partition.name=relabel", "data.partition.clusters=2"],
+    # splits from round 0 with thresholds every update passes, so the contract covers a split
+    "fc": ["algorithm.split_after=0", "algorithm.eps1=1e9", "algorithm.eps2=1e-9"],
+    "ifca": ["algorithm.clusters=2"],
+}
 
 
 @functools.lru_cache(maxsize=1)

@@ -78,7 +78,10 @@ def test_built_in_names_resolve_as_before():
             "lightning_modules.base.FLModule",
         ),
         ("model.name=:TinyMLP", "model.name=':TinyMLP': expected module:attribute"),
-        ("model.name=resnet", "model.name='resnet': allowed: fedavg_cnn, resnet18, or module:"),
+        (
+            "model.name=resnet",
+            "model.name='resnet': allowed: fedavg_cnn, resnet18, char_lstm, or module:",
+        ),
         (
             "data.name=fedsim_plugins.data:nothing",
             "data.name='fedsim_plugins.data:nothing': module 'fedsim_plugins.data' has no "

@@ -1,5 +1,6 @@
-"""Real image datasets as one uint8 array each (official train + test merged, PFLlib protocol).
+"""Datasets behind one abstraction (``Dataset``): images here, token sequences in text.py.
 
+Image datasets are one uint8 array each (official train + test merged, PFLlib protocol).
 Readers are our own (idx for MNIST/Fashion-MNIST, pickle batches for CIFAR) so that tiny test
 files work; torchvision is used only to download missing files.
 """
@@ -13,14 +14,18 @@ import io
 import pickle
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from fedsim.data.dataset_types import Dataset, ImageDataset, NaturalClient
 from fedsim.errors import ConfigError
 
-DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
+__all__ = ["Dataset", "ImageDataset", "NaturalClient", "dataset_loader", "load_dataset"]
+
+IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
+TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
+DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
 
 # Debian's package `fashion-mnist` installs the four .gz idx files here.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -49,39 +54,6 @@ _CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 _CIFAR100_DIR = "cifar-100-python"
 
 
-@dataclass(frozen=True)
-class ImageDataset:
-    """A whole dataset in memory: uint8 images (N, C, H, W) and int64 labels (N,)."""
-
-    name: str
-    images: np.ndarray
-    labels: np.ndarray
-    num_classes: int
-
-    def __post_init__(self) -> None:
-        if self.images.ndim != 4 or self.images.dtype != np.uint8:
-            raise ValueError(
-                f"images must be uint8 (N, C, H, W), got {self.images.dtype} {self.images.shape}"
-            )
-        if self.labels.shape != (self.images.shape[0],):
-            raise ValueError(
-                f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images"
-            )
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-    @property
-    def in_channels(self) -> int:
-        """Number of colour channels: 1 gray, 3 colour."""
-        return int(self.images.shape[1])
-
-    @property
-    def image_size(self) -> int:
-        """Height (= width) of the square images."""
-        return int(self.images.shape[2])
-
-
 def read_idx(path: str | Path) -> np.ndarray:
     """Read one idx file (plain or gzip-compressed, chosen by the `.gz` suffix) into numpy."""
     path = Path(path)
@@ -105,15 +77,17 @@ def read_idx(path: str | Path) -> np.ndarray:
 
 DATASET_ALLOWED = (
     f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
-    "fedsim.data.datasets.ImageDataset (called with root= and download= if it takes them)"
+    "fedsim.data.datasets.Dataset such as ImageDataset (called with root= and download= if "
+    "it takes them)"
 )
 
 
-def dataset_loader(name: str) -> Callable[..., ImageDataset] | None:
+def dataset_loader(name: str) -> Callable[..., Dataset] | None:
     """``data.name`` checked: None for a built-in, else the user's loader function.
 
     A user's loader is ``module:function``; it may take ``root`` (data.root, a Path) and
-    ``download`` (data.download) and must return an ``ImageDataset``. Raises ConfigError.
+    ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
+    Raises ConfigError.
     """
     from fedsim.plugins import check_callable_with, import_object, is_import_path
 
@@ -126,7 +100,7 @@ def dataset_loader(name: str) -> Callable[..., ImageDataset] | None:
     return loader
 
 
-def load_dataset(name: str, root: str | Path, download: bool = True) -> ImageDataset:
+def load_dataset(name: str, root: str | Path, download: bool = True) -> Dataset:
     """Load dataset `name` from `root` (torchvision's on-disk layout), downloading if missing;
     or call the user's ``module:function`` loader (see ``dataset_loader``)."""
     loader = dataset_loader(name)
@@ -134,13 +108,18 @@ def load_dataset(name: str, root: str | Path, download: bool = True) -> ImageDat
         from fedsim.plugins import call_with
 
         dataset = call_with(loader, root=Path(root).expanduser(), download=download)
-        if not isinstance(dataset, ImageDataset):
+        if not isinstance(dataset, Dataset):
             raise ConfigError(
                 "data.name",
                 name,
-                f"returned {type(dataset).__name__}, not an ImageDataset; {DATASET_ALLOWED}",
+                f"returned {type(dataset).__name__}, not an ImageDataset (nor another "
+                f"fedsim Dataset); {DATASET_ALLOWED}",
             )
         return dataset
+    if name in TEXT_DATASET_NAMES:
+        from fedsim.data.text import load_text_dataset
+
+        return load_text_dataset(name, Path(root).expanduser())
     if name == "mnist-5k":
         return _load_mnist_5k()
     root = Path(root).expanduser()

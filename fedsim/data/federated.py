@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.data.datasets import ImageDataset
+from fedsim.data.datasets import Dataset
 from fedsim.data.heterogeneity import (
     HETEROGENEITY_NAMES,
     check_settings,
@@ -40,13 +40,13 @@ class ClientSplit:
 class FederatedData:
     """The dataset (held once) and each client's index split; `partition` records how."""
 
-    dataset: ImageDataset
+    dataset: Dataset
     clients: list[ClientSplit]
     partition: dict[str, Any] = field(default_factory=dict)
     server_samples: int = 0  # samples at the end of `dataset` that no client holds
 
     def with_server_samples(
-        self, extra: ImageDataset, indices: np.ndarray | None = None
+        self, extra: Dataset, indices: np.ndarray | None = None
     ) -> tuple[FederatedData, np.ndarray]:
         """A copy whose dataset also holds ``extra`` (or its ``indices``) at the end, owned by no
         client, and those samples' indices: how server-only data (a public validation set)
@@ -54,22 +54,12 @@ class FederatedData:
         do not fit."""
         ds = self.dataset
         chosen = np.arange(len(extra)) if indices is None else np.asarray(indices, dtype=np.int64)
-        if extra.images.shape[1:] != ds.images.shape[1:]:
-            raise ValueError(
-                f"{extra.name} images are {extra.images.shape[1:]}, {ds.name} images are "
-                f"{ds.images.shape[1:]}: they must have the same shape"
-            )
         if len(chosen) and int(extra.labels[chosen].max()) >= ds.num_classes:
             raise ValueError(
                 f"{extra.name} has labels up to {int(extra.labels[chosen].max())}, "
                 f"but {ds.name} has only {ds.num_classes} classes"
             )
-        merged = ImageDataset(
-            ds.name,
-            np.concatenate([ds.images, extra.images[chosen]]),
-            np.concatenate([ds.labels, extra.labels[chosen]]),
-            ds.num_classes,
-        )
+        merged = ds.concat(extra.subset(chosen))
         added = np.arange(len(ds), len(ds) + len(chosen), dtype=np.int64)
         total = self.server_samples + len(chosen)
         return FederatedData(merged, self.clients, dict(self.partition), total), added
@@ -104,11 +94,9 @@ class FederatedData:
         return counts
 
     def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images as float32 (B, C, H, W) normalized with mean = std = 0.5, and int64 labels."""
-        indices = np.asarray(indices, dtype=np.int64)
-        images = torch.from_numpy(self.dataset.images[indices]).to(torch.float32)
-        images.div_(127.5).sub_(1.0)
-        return images, torch.from_numpy(self.dataset.labels[indices])
+        """Samples ``indices`` as model inputs and int64 labels: the dataset decides how
+        (images: float32 normalized with mean = std = 0.5; text: int64 token windows)."""
+        return self.dataset.batch(indices)
 
     def partition_summary(self) -> dict[str, Any]:
         """JSON-ready per-client sizes and class counts plus summary statistics."""
@@ -170,8 +158,63 @@ def split_train_test(
     return ClientSplit(train=np.sort(shuffled[:n_train]), test=np.sort(shuffled[n_train:]))
 
 
+def build_natural_federation(
+    dataset: Dataset, num_clients: int, min_samples: int, train_fraction: float = 0.8
+) -> FederatedData:
+    """The clients the data comes with (``dataset.natural_clients``: Shakespeare's roles).
+
+    A client keeps its samples in order; the first ``train_fraction`` of them train, the
+    rest test, with ``dataset.split_gap`` samples dropped in between so that no test input
+    overlaps a train target. Clients with fewer than ``min_samples`` samples (train + test)
+    are left out; of the rest, the ``num_clients`` largest are taken (ties: the data's
+    order), so the choice is deterministic. The partition keys do not apply.
+    """
+    natural = dataset.natural_clients
+    assert natural is not None
+    gap = dataset.split_gap
+    usable = np.array([max(len(c.indices) - gap, 0) for c in natural], dtype=np.int64)
+    eligible = np.flatnonzero(usable >= min_samples)
+    if num_clients > len(eligible):
+        raise ConfigError(
+            "data.num_clients",
+            num_clients,
+            f"{dataset.name} has {len(eligible)} clients with >= {min_samples} samples "
+            f"(data.min_samples); use at most {len(eligible)} or lower data.min_samples",
+        )
+    chosen = eligible[np.argsort(-usable[eligible], kind="stable")[:num_clients]]
+    parts, clients, records, offset = [], [], [], 0
+    for rank, k in enumerate(chosen):
+        indices = natural[k].indices
+        n_train = math.floor(train_fraction * int(usable[k]))
+        train, test = indices[:n_train], indices[n_train + gap :]
+        parts += [train, test]
+        clients.append(
+            ClientSplit(
+                train=np.arange(offset, offset + len(train), dtype=np.int64),
+                test=np.arange(
+                    offset + len(train), offset + len(train) + len(test), dtype=np.int64
+                ),
+            )
+        )
+        offset += len(train) + len(test)
+        records.append(
+            {"client": rank, **natural[k].info, "samples": int(usable[k]),
+             "train": len(train), "test": len(test)}
+        )  # fmt: skip
+    subset = dataset.subset(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    info: dict[str, Any] = {
+        "name": "natural",
+        "clients_available": len(eligible),
+        "min_samples": min_samples,
+        "train_fraction": train_fraction,
+        "split": f"in order, {gap} samples dropped between train and test",
+        "clients": records,
+    }
+    return FederatedData(dataset=subset, clients=clients, partition=info)
+
+
 def build_federated_data(
-    dataset: ImageDataset,
+    dataset: Dataset,
     num_clients: int,
     partition: str,
     *,
@@ -183,14 +226,20 @@ def build_federated_data(
     step: float = 4.0,
     base: str = "iid",
     sigma: float = 1.0,
+    min_samples: int = 64,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
+
+    A dataset that comes with its clients (``natural_clients``: Shakespeare) is not
+    partitioned: see ``build_natural_federation`` (``min_samples`` applies to it only).
 
     Same seed, same partition and splits. Clients hold index arrays only; the images stay in
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
     permute the labels / rotate the images of each client's samples in a copy of the dataset;
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
     """
+    if dataset.natural_clients is not None:
+        return build_natural_federation(dataset, num_clients, min_samples)
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
     if partition not in ALL_PARTITION_NAMES:
@@ -236,7 +285,7 @@ def build_federated_data(
     return FederatedData(dataset=dataset, clients=clients, partition=info)
 
 
-def stratified_subset(dataset: ImageDataset, max_samples: int | None) -> ImageDataset:
+def stratified_subset(dataset: Dataset, max_samples: int | None) -> Dataset:
     """``data.max_samples``: about ``max_samples`` samples, each class keeping its share
     (rounded), drawn before partitioning; the dataset itself when None or not smaller.
 
@@ -245,11 +294,17 @@ def stratified_subset(dataset: ImageDataset, max_samples: int | None) -> ImageDa
     """
     if max_samples is None or max_samples >= len(dataset):
         return dataset
+    if dataset.natural_clients is not None:
+        raise ConfigError(
+            "data.max_samples",
+            max_samples,
+            f"does not apply to {dataset.name}, whose clients come with the data; "
+            "use data.num_clients and data.min_samples (or null)",
+        )
     rng = np.random.default_rng([0, 5])
     keep = []
     for c in range(dataset.num_classes):
         members = np.flatnonzero(dataset.labels == c)
         share = round(max_samples * len(members) / len(dataset))
         keep.append(rng.choice(members, size=share, replace=False))
-    idx = np.sort(np.concatenate(keep))
-    return ImageDataset(dataset.name, dataset.images[idx], dataset.labels[idx], dataset.num_classes)
+    return dataset.subset(np.sort(np.concatenate(keep)))

@@ -42,7 +42,7 @@ class WorkerActor:
             "cuda_memory_fraction": self._memory_fraction,  # None: not on a GPU
             "threads": torch.get_num_threads(),
             "niceness": os.nice(0),
-            "dataset_shared": not self.worker.data.dataset.images.flags.writeable,
+            "dataset_shared": not self.worker.data.dataset.inputs.flags.writeable,
         }
 
     def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> Any:

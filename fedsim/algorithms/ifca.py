@@ -1,0 +1,169 @@
+"""IFCA: K cluster models; each client trains the one with the lowest loss on its data.
+
+Ghosh et al., NeurIPS 2020 (the Iterative Federated Clustering Algorithm); code
+jichan3751/ifca. Every client downloads the K = ``clusters`` models and evaluates each on its
+own training split (mean cross-entropy, eval mode); the lowest loss wins (ties: the smaller
+cluster id). It is evaluated with that model, trains it and adds the result to its cluster's
+weighted sum (``weighting``: ``samples`` n_k, or ``uniform`` 1: the IFCA code's plain mean),
+so workers still reduce before they send. The server replaces each cluster's model by its
+mean and keeps it where no client chose it. Every client evaluated in a round (sampled or
+not) chooses the same way on its worker; only the sampled clients' choices reach the server.
+
+Initial models: model 0 is the run's initial model; model k > 0 is that model with the
+entries of every parameter tensor permuted by a generator seeded with k. Each tensor is drawn
+i.i.d. by PyTorch's default initializers, so a permutation of its entries is another draw from
+the same distribution: K distinct random inits without building the model here.
+
+State: the K models and the assignment history, one row per round (int8 cluster per client,
+-1 where not sampled): ``ifca_clusters.png`` draws it (with the ARI against the true clusters
+when the partition has them). On the driver (``personalized_params``, no client data) a
+client is evaluated with the cluster it chose the last time it was sampled (cluster 0 if
+never).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    ClientInfo,
+    ClientPlan,
+    ClientState,
+    ClientStates,
+    ClientUpdate,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.clustering import (
+    assignment_figure,
+    cluster_key,
+    cluster_means,
+    latest_assignment,
+)
+from fedsim.algorithms.registry import register
+from fedsim.checks import checked
+from fedsim.figures import Figure
+from lightning_modules.flat_params import ParamLayout
+
+WEIGHTINGS = ("samples", "uniform")
+IFCA_PNG = "ifca_clusters.png"
+INIT_SEED = 3751  # the permutations of model k > 0 are seeded by (INIT_SEED, k)
+
+
+@dataclass
+class IFCAParams(AlgorithmParams):
+    """``algorithm.*`` keys of IFCA."""
+
+    clusters: int = checked(  # K: cluster models (each client trains the best of them)
+        4, lambda v: isinstance(v, int) and 1 <= v <= 127, "must be an integer in [1, 127]"
+    )
+    weighting: str = checked(  # samples (n_k) | uniform (the IFCA code's plain mean)
+        "samples", lambda v: v in WEIGHTINGS, f"allowed: {', '.join(WEIGHTINGS)}"
+    )
+
+
+def permuted_init(initial: torch.Tensor, layout: ParamLayout, seed: int) -> torch.Tensor:
+    """``initial`` with each tensor's entries permuted by a generator seeded with ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    out = initial.clone()
+    for entry in layout.entries:
+        part = initial[entry.offset : entry.offset + entry.numel]
+        order = torch.randperm(entry.numel, generator=generator)
+        out[entry.offset : entry.offset + entry.numel] = part[order]
+    return out
+
+
+def mean_train_losses(probe: Any, models: torch.Tensor) -> list[float]:
+    """Mean cross-entropy of every model (rows of ``models``) on the client's train split."""
+    losses = []
+    for model in models:
+        result = probe.evaluate(model, probe.train_indices)
+        losses.append(result.loss_sum / max(result.num_samples, 1))
+    return losses
+
+
+@register
+class IFCA(Algorithm):
+    """K models; a client picks the lowest-loss one on its training data and trains it."""
+
+    name = "ifca"
+    Params = IFCAParams
+
+    # --- driver side ---
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        layout = self.federation.layout
+        models = [initial_params.clone()]
+        models += [
+            permuted_init(initial_params, layout, INIT_SEED * 1000 + k)
+            for k in range(1, self.params.clusters)
+        ]
+        return {
+            "models": torch.stack(models),
+            "assignments": np.zeros((0, self.federation.num_clients), dtype=np.int8),
+        }
+
+    def broadcast(self, state: ServerState) -> dict[str, Any]:
+        last = latest_assignment(state["assignments"], self.federation.num_clients)
+        return {"models": state["models"], "last": last}
+
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        row = np.full((1, self.federation.num_clients), -1, dtype=np.int8)
+        for client, upload in individual.items():
+            row[0, client] = upload["cluster"]
+        return {
+            **state,
+            "models": cluster_means(state["models"], sums),
+            "assignments": np.concatenate([state["assignments"], row]),
+        }
+
+    def figures(
+        self, state: ServerState, client_states: ClientStates, round_idx: int
+    ) -> list[Figure]:
+        """Clients-by-rounds cluster choices (``ifca_clusters.png``)."""
+        title = f"IFCA: cluster chosen by each sampled client (K={self.params.clusters})"
+        return [assignment_figure(IFCA_PNG, state["assignments"], self.federation, title)]
+
+    # --- worker side ---
+    def choose(self, broadcast: dict[str, Any], client: ClientInfo) -> int:
+        """The lowest train-loss model (with a probe); else the last choice (0 if none)."""
+        if client.probe is None:
+            return max(int(broadcast["last"][client.client]), 0)
+        losses = mean_train_losses(client.probe, broadcast["models"])
+        return int(np.argmin(losses))  # the first minimum: ties go to the smaller id
+
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        cluster = self.choose(broadcast, client)
+        return ClientPlan(train_params=broadcast["models"][cluster], context={"cluster": cluster})
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        cluster = plan.context["cluster"]
+        weight = float(client.num_train) if self.params.weighting == "samples" else 1.0
+        return ClientUpdate(
+            sums={cluster_key(cluster): (weight, trained)}, individual={"cluster": cluster}
+        )
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """The K models (the assignment vector is the simulator's, not the protocol's)."""
+        return int(broadcast["models"].numel()) * broadcast["models"].element_size()

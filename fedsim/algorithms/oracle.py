@@ -1,0 +1,92 @@
+"""Oracle: FedAvg within each client's true cluster, with equal weights.
+
+The upper baseline of SP-CACW's experiments (ALGORITHMS.md, "SP-CACW": "only same-cluster
+peers, equal weights"). The clusters come from the partition (``relabel``, ``rotation`` with
+clusters, ``clustered``: ``FederationInfo.client_clusters``); a partition without clusters is
+refused up front. One model per cluster: a client trains and is evaluated with its cluster's
+model, and the server replaces each cluster's model by the plain mean of its sampled clients'
+trained models (kept where none of them was sampled). Workers reduce one sum per cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    ClientInfo,
+    ClientPlan,
+    ClientState,
+    ClientUpdate,
+    FederationInfo,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.clustering import cluster_key, cluster_means
+from fedsim.algorithms.registry import register
+from fedsim.errors import ConfigError
+
+
+def true_clusters(federation: FederationInfo, algorithm: str) -> list[int]:
+    """The partition's cluster of every client; a one-line ConfigError when there is none."""
+    if federation.client_clusters is None:
+        raise ConfigError(
+            "data.partition.name",
+            "(a partition without clusters)",
+            f"algorithm.name={algorithm} needs the true clusters: use relabel, rotation with "
+            "data.partition.clusters, or clustered",
+        )
+    return [int(c) for c in federation.client_clusters]
+
+
+@register
+class Oracle(Algorithm):
+    """One model per true cluster; the uniform mean of that cluster's sampled clients."""
+
+    name = "oracle"
+    Params = AlgorithmParams
+
+    def __init__(self, params: AlgorithmParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        self.clusters = true_clusters(federation, self.name)
+        self.num_clusters = max(self.clusters) + 1
+
+    def init_state(self, initial_params: torch.Tensor) -> ServerState:
+        """Every cluster starts from the initial model."""
+        return {"models": initial_params.unsqueeze(0).repeat(self.num_clusters, 1)}
+
+    def broadcast(self, state: ServerState) -> dict[str, Any]:
+        return {"models": state["models"]}
+
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        return {**state, "models": cluster_means(state["models"], sums)}
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """A client receives its own cluster's model only."""
+        return int(broadcast["models"][0].numel()) * broadcast["models"].element_size()
+
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        cluster = self.clusters[client.client]
+        return ClientPlan(train_params=broadcast["models"][cluster], context={"cluster": cluster})
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        return ClientUpdate(sums={cluster_key(plan.context["cluster"]): (1.0, trained)})

@@ -1,0 +1,129 @@
+"""The dataset abstraction: ``Dataset`` (inputs, labels, how a batch becomes tensors) and
+its image implementation ``ImageDataset``; token sequences are in ``text.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class NaturalClient:
+    """One client of a natural federation (a Shakespeare role): its samples, in order."""
+
+    indices: np.ndarray  # int64 indices into the dataset, in the order the samples occur
+    info: dict[str, Any]  # what it is, for partition.json (e.g. play and role)
+
+
+class Dataset:
+    """A whole dataset in memory: ``inputs`` (any dtype and shape), int64 ``labels`` (N,) and
+    ``num_classes``; it turns an index batch into model-ready tensors and names the model
+    keyword arguments its samples imply. ``ImageDataset`` and ``TextDataset`` implement it.
+
+    ``natural_clients`` is None for a dataset that fedsim partitions (data.partition), else
+    the clients the data comes with; ``split_gap`` is how many samples a client's in-order
+    train/test split drops between its parts so no test input overlaps a train target.
+    """
+
+    name: str
+    labels: np.ndarray
+    num_classes: int
+    natural_clients: ClassVar[tuple[NaturalClient, ...] | None] = None
+    split_gap: ClassVar[int] = 0
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """The array the samples' inputs are read from (shared zero-copy with Ray workers)."""
+        raise NotImplementedError
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples ``indices`` as model inputs and int64 labels (CPU tensors)."""
+        raise NotImplementedError
+
+    def model_kwargs(self) -> dict[str, int]:
+        """The shape keywords a model for this data is built with (plus num_classes)."""
+        raise NotImplementedError
+
+    def subset(self, indices: np.ndarray) -> Dataset:
+        """A dataset of samples ``indices`` only (in that order)."""
+        raise NotImplementedError
+
+    def concat(self, other: Dataset) -> Dataset:
+        """This dataset with ``other``'s samples appended (same kind and sample shape).
+        Raises ValueError if they do not fit."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ImageDataset(Dataset):
+    """A whole image dataset in memory: uint8 images (N, C, H, W) and int64 labels (N,)."""
+
+    name: str
+    images: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        if self.images.ndim != 4 or self.images.dtype != np.uint8:
+            raise ValueError(
+                f"images must be uint8 (N, C, H, W), got {self.images.dtype} {self.images.shape}"
+            )
+        if self.labels.shape != (self.images.shape[0],):
+            raise ValueError(
+                f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images"
+            )
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def inputs(self) -> np.ndarray:
+        return self.images
+
+    @property
+    def in_channels(self) -> int:
+        """Number of colour channels: 1 gray, 3 colour."""
+        return int(self.images.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Height (= width) of the square images."""
+        return int(self.images.shape[2])
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images as float32 (B, C, H, W) normalized with mean = std = 0.5, and int64 labels."""
+        indices = np.asarray(indices, dtype=np.int64)
+        images = torch.from_numpy(self.images[indices]).to(torch.float32)
+        images.div_(127.5).sub_(1.0)
+        return images, torch.from_numpy(self.labels[indices])
+
+    def model_kwargs(self) -> dict[str, int]:
+        return {
+            "in_channels": self.in_channels,
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+        }
+
+    def subset(self, indices: np.ndarray) -> ImageDataset:
+        indices = np.asarray(indices, dtype=np.int64)
+        return ImageDataset(self.name, self.images[indices], self.labels[indices], self.num_classes)
+
+    def concat(self, other: Dataset) -> ImageDataset:
+        if not isinstance(other, ImageDataset) or other.images.shape[1:] != self.images.shape[1:]:
+            shape = getattr(other, "images", other.inputs).shape[1:]
+            raise ValueError(
+                f"{other.name} images are {shape}, {self.name} images are "
+                f"{self.images.shape[1:]}: they must have the same shape"
+            )
+        return ImageDataset(
+            self.name,
+            np.concatenate([self.images, other.images]),
+            np.concatenate([self.labels, other.labels]),
+            self.num_classes,
+        )

