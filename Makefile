@@ -8,7 +8,7 @@ export WANDB_MODE ?= offline
 
 .PHONY: setup data demo test test-fast lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
