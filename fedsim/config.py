@@ -94,6 +94,9 @@ class DataConfig:
     min_samples: int = checked(  # shakespeare: roles with fewer samples are left out
         64, lambda v: v >= 2, "must be >= 2 (a client needs a train and a test sample)"
     )
+    max_client_samples: int | None = checked(  # shakespeare: a role's first N samples; null: all
+        None, lambda v: v is None or v >= 2, "must be >= 2 (or null: all of a client's samples)"
+    )
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

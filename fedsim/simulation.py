@@ -60,6 +60,7 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
         base=d.partition.base,
         sigma=d.partition.sigma,
         min_samples=d.min_samples,
+        max_client_samples=d.max_client_samples,
     )
 
 

@@ -211,6 +211,33 @@ def _check_run(out: Path) -> None:
     assert summary
 
 
+def test_max_client_samples_keeps_each_chosen_roles_first_samples_in_order():
+    sizes = (300, 500, 200, 500, 150)  # usable samples: size - 160
+    ds = from_texts("t", [({"role": f"R{k}"}, _text(n, k)) for k, n in enumerate(sizes)])
+    full = build_federated_data(ds, 3, "iid", min_samples=64)
+    capped = build_federated_data(ds, 3, "iid", min_samples=64, max_client_samples=200)
+    # the same clients (chosen by their full size), each cut to its first 200 samples
+    assert [c["role"] for c in capped.partition["clients"]] == ["R1", "R3", "R0"]
+    assert [c["samples"] for c in capped.partition["clients"]] == [200, 200, 140]
+    assert capped.train_sizes().tolist() == [160, 160, 112]
+    assert capped.partition["max_client_samples"] == 200
+    for a, b in zip(full.clients, capped.clients, strict=True):
+        first = full.dataset.windows(a.train[:160])
+        assert np.array_equal(capped.dataset.windows(b.train), first)
+        train_targets = capped.dataset.starts[b.train] + SEQ_LEN
+        test_inputs = capped.dataset.starts[b.test][:, None] + np.arange(SEQ_LEN)
+        assert not np.isin(test_inputs, train_targets).any()
+
+
+def test_max_client_samples_on_a_partitioned_dataset_is_a_one_line_error(tmp_path, capsys):
+    out = tmp_path / "r"
+    args = ["data.max_client_samples=100", "runtime.executor=local", "rounds=1", "--out", str(out)]
+    assert main(["run", "configs/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    assert "data.max_client_samples=100: applies to datasets that come with their clients" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedper", "cwfedavg"])
 def test_one_round_on_shakespeare_local(small_plays, tmp_path, algorithm):
     out = tmp_path / "run"

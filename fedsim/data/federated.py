@@ -159,7 +159,11 @@ def split_train_test(
 
 
 def build_natural_federation(
-    dataset: Dataset, num_clients: int, min_samples: int, train_fraction: float = 0.8
+    dataset: Dataset,
+    num_clients: int,
+    min_samples: int,
+    max_client_samples: int | None = None,
+    train_fraction: float = 0.8,
 ) -> FederatedData:
     """The clients the data comes with (``dataset.natural_clients``: Shakespeare's roles).
 
@@ -167,7 +171,9 @@ def build_natural_federation(
     rest test, with ``dataset.split_gap`` samples dropped in between so that no test input
     overlaps a train target. Clients with fewer than ``min_samples`` samples (train + test)
     are left out; of the rest, the ``num_clients`` largest are taken (ties: the data's
-    order), so the choice is deterministic. The partition keys do not apply.
+    order), so the choice is deterministic. ``max_client_samples`` then keeps each chosen
+    client's first that many samples (a contiguous stretch of its text) before the split: a
+    CPU-sized federation of the same clients. The partition keys do not apply.
     """
     natural = dataset.natural_clients
     assert natural is not None
@@ -184,8 +190,11 @@ def build_natural_federation(
     chosen = eligible[np.argsort(-usable[eligible], kind="stable")[:num_clients]]
     parts, clients, records, offset = [], [], [], 0
     for rank, k in enumerate(chosen):
-        indices = natural[k].indices
-        n_train = math.floor(train_fraction * int(usable[k]))
+        indices, kept = natural[k].indices, int(usable[k])
+        if max_client_samples is not None and kept > max_client_samples:
+            kept = max_client_samples
+            indices = indices[: kept + gap]
+        n_train = math.floor(train_fraction * kept)
         train, test = indices[:n_train], indices[n_train + gap :]
         parts += [train, test]
         clients.append(
@@ -198,7 +207,7 @@ def build_natural_federation(
         )
         offset += len(train) + len(test)
         records.append(
-            {"client": rank, **natural[k].info, "samples": int(usable[k]),
+            {"client": rank, **natural[k].info, "samples": kept,
              "train": len(train), "test": len(test)}
         )  # fmt: skip
     subset = dataset.subset(np.concatenate(parts) if parts else np.zeros(0, np.int64))
@@ -206,6 +215,7 @@ def build_natural_federation(
         "name": "natural",
         "clients_available": len(eligible),
         "min_samples": min_samples,
+        "max_client_samples": max_client_samples,
         "train_fraction": train_fraction,
         "split": f"in order, {gap} samples dropped between train and test",
         "clients": records,
@@ -227,11 +237,13 @@ def build_federated_data(
     base: str = "iid",
     sigma: float = 1.0,
     min_samples: int = 64,
+    max_client_samples: int | None = None,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
     A dataset that comes with its clients (``natural_clients``: Shakespeare) is not
-    partitioned: see ``build_natural_federation`` (``min_samples`` applies to it only).
+    partitioned: see ``build_natural_federation`` (``min_samples`` and ``max_client_samples``
+    apply to it only).
 
     Same seed, same partition and splits. Clients hold index arrays only; the images stay in
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
@@ -239,7 +251,14 @@ def build_federated_data(
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
     """
     if dataset.natural_clients is not None:
-        return build_natural_federation(dataset, num_clients, min_samples)
+        return build_natural_federation(dataset, num_clients, min_samples, max_client_samples)
+    if max_client_samples is not None:
+        raise ConfigError(
+            "data.max_client_samples",
+            max_client_samples,
+            f"applies to datasets that come with their clients (shakespeare), not {dataset.name}; "
+            "use data.max_samples",
+        )
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
     if partition not in ALL_PARTITION_NAMES:
