@@ -1,0 +1,225 @@
+"""Asynchronous rounds in virtual time: staleness discounts and a seeded client clock.
+
+Staleness ``s`` >= 0 is how old an update's starting model is when it arrives: in server
+model versions (FedAsync's t - tau) or in virtual time divided by the median round duration.
+Every function takes floats, so either unit works; use one per run.
+
+- FedAsync (Xie, Koyejo, Gupta 2019, "Asynchronous Federated Optimization"): on each arrival
+  x <- (1 - alpha_t) x + alpha_t x_client with alpha_t = alpha * d(s), where d is
+  ``constant`` 1, ``polynomial`` (1 + s)^-a, or ``hinge`` 1 if s <= b else 1 / (a (s - b) + 1).
+- FedBuff (Nguyen et al. 2022, "Federated Learning with Buffered Asynchronous Aggregation"):
+  every K arrivals, x <- x + eta_g * sum_i w_i delta_i with w_i = d(s_i) / K,
+  d = (1 + s)^-1/2 (polynomial, a = 0.5).
+- ``max_staleness`` (the FedPer seed: delayed more than 2 tau = stale): policy ``discount``
+  keeps a stale update at its discounted weight (a ``hinge`` with no ``b`` takes
+  b = max_staleness: full weight up to it, decaying after); ``drop`` gives it weight 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DISCOUNTS = ("constant", "polynomial", "hinge")
+STALE_POLICIES = ("discount", "drop")
+SPEED_SPECS = (
+    "constant | lognormal:MU,SIGMA (SIGMA >= 0) | uniform:LOW,HIGH (0 < LOW <= HIGH) | "
+    "slow_fraction:FRACTION,FACTOR (0 <= FRACTION <= 1, FACTOR >= 1)"
+)
+_DROPOUT_STREAM = 0x0D0F  # keeps dropout draws apart from other uses of the same seed
+
+
+def discount(
+    staleness: float | Sequence[float] | np.ndarray,
+    kind: str = "polynomial",
+    a: float = 0.5,
+    b: float = 0.0,
+) -> np.ndarray:
+    """FedAsync's staleness function d(s) of every staleness given (float64 array)."""
+    s = np.asarray(staleness, dtype=np.float64)
+    if np.any(s < 0) or not np.all(np.isfinite(s)):
+        raise ValueError(f"staleness={staleness!r}: must be finite and >= 0")
+    if not a >= 0:
+        raise ValueError(f"staleness exponent a={a!r}: must be >= 0")
+    if kind == "constant":
+        return np.ones_like(s)
+    if kind == "polynomial":
+        return (1.0 + s) ** -a
+    if kind == "hinge":
+        if not b >= 0:
+            raise ValueError(f"hinge b={b!r}: must be >= 0")
+        return np.where(s <= b, 1.0, 1.0 / (a * np.maximum(s - b, 0.0) + 1.0))
+    raise ValueError(f"staleness function {kind!r}: allowed: {', '.join(DISCOUNTS)}")
+
+
+def staleness_weights(
+    staleness: float | Sequence[float] | np.ndarray,
+    *,
+    kind: str = "polynomial",
+    a: float = 0.5,
+    b: float | None = None,
+    max_staleness: float | None = None,
+    policy: str = "discount",
+) -> np.ndarray:
+    """d(s) per update with ``max_staleness`` applied by ``policy`` (0 = dropped)."""
+    if policy not in STALE_POLICIES:
+        raise ValueError(f"stale update policy {policy!r}: allowed: {', '.join(STALE_POLICIES)}")
+    if max_staleness is not None and not max_staleness >= 0:
+        raise ValueError(f"async.max_staleness={max_staleness!r}: must be >= 0")
+    if b is None:
+        if kind == "hinge" and max_staleness is None:
+            raise ValueError("hinge staleness needs b or max_staleness")
+        b = max_staleness if kind == "hinge" else 0.0
+    weights = discount(staleness, kind, a, b)
+    if policy == "drop" and max_staleness is not None:
+        weights = np.where(np.asarray(staleness, dtype=np.float64) > max_staleness, 0.0, weights)
+    return weights
+
+
+def fedasync_alpha(alpha: float, staleness: float, **weight_options: object) -> float:
+    """FedAsync's mixing weight alpha * d(s) for one arriving update (options as above)."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"FedAsync alpha={alpha!r}: must be in (0, 1]")
+    return float(alpha * staleness_weights([staleness], **weight_options)[0])
+
+
+def buffered_weights(
+    staleness: Sequence[float] | np.ndarray,
+    num_samples: Sequence[float] | np.ndarray | None = None,
+    *,
+    normalize: bool = False,
+    **weight_options: object,
+) -> np.ndarray:
+    """FedBuff weights of a buffer of K updates: d(s_i) n_i / sum(n) over kept updates.
+
+    With ``num_samples`` None every n_i is 1 (FedBuff's d(s_i) / K); dropped updates get 0
+    and leave the denominator. ``normalize`` rescales the weights to sum to 1 (a convex
+    combination, as synchronous FedAvg), so staleness only shifts weight between updates.
+    Default d is FedBuff's (1 + s)^-1/2.
+    """
+    weights = staleness_weights(staleness, **weight_options)
+    n = np.ones_like(weights) if num_samples is None else np.asarray(num_samples, np.float64)
+    if n.shape != weights.shape or np.any(n < 0):
+        raise ValueError("num_samples: one non-negative count per update")
+    kept = weights > 0
+    total = n[kept].sum()
+    if total == 0:
+        return np.zeros_like(weights)
+    weights = weights * n / total
+    return weights / weights.sum() if normalize else weights
+
+
+@dataclass(frozen=True)
+class SpeedSpec:
+    """A parsed ``async.speeds`` value: distribution name and its parameters."""
+
+    kind: str
+    params: tuple[float, ...] = ()
+
+
+def parse_speeds(spec: str, key: str = "async.speeds") -> SpeedSpec:
+    """Parse ``"lognormal:0,0.5"``-style specs; a bad one raises a one-line ValueError."""
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{key}={spec!r}: {why}; allowed: {SPEED_SPECS}")
+
+    if not isinstance(spec, str):
+        raise bad("not a string")
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip()
+    arity = {"constant": 0, "lognormal": 2, "uniform": 2, "slow_fraction": 2}
+    if kind not in arity:
+        raise bad(f"unknown distribution {kind!r}")
+    try:
+        params = tuple(float(p) for p in rest.split(",")) if rest.strip() else ()
+    except ValueError:
+        raise bad("parameters must be numbers") from None
+    if len(params) != arity[kind]:
+        raise bad(f"{kind} takes {arity[kind]} parameters, got {len(params)}")
+    if not all(np.isfinite(params)):
+        raise bad("parameters must be finite")
+    if kind == "lognormal" and params[1] < 0:
+        raise bad("SIGMA must be >= 0")
+    if kind == "uniform" and not 0 < params[0] <= params[1]:
+        raise bad("need 0 < LOW <= HIGH")
+    if kind == "slow_fraction" and not (0 <= params[0] <= 1 and params[1] >= 1):
+        raise bad("need 0 <= FRACTION <= 1 and FACTOR >= 1")
+    return SpeedSpec(kind, params)
+
+
+def draw_slowdowns(spec: str | SpeedSpec, num_clients: int, seed: Sequence[int]) -> np.ndarray:
+    """Per-client virtual time per unit of work (larger = slower), seeded by ``seed``.
+
+    ``constant``: 1; ``lognormal:MU,SIGMA``: exp(N(MU, SIGMA^2)); ``uniform:LOW,HIGH``;
+    ``slow_fraction:F,K``: exactly floor(F * n + 1/2) clients, chosen at random, are K times slower.
+    """
+    parsed = parse_speeds(spec) if isinstance(spec, str) else spec
+    rng = np.random.default_rng(np.random.SeedSequence(list(seed)))
+    if parsed.kind == "constant":
+        return np.ones(num_clients)
+    if parsed.kind == "lognormal":
+        return rng.lognormal(parsed.params[0], parsed.params[1], num_clients)
+    if parsed.kind == "uniform":
+        return rng.uniform(parsed.params[0], parsed.params[1], num_clients)
+    fraction, factor = parsed.params
+    slowdowns = np.ones(num_clients)
+    slow = int(np.floor(fraction * num_clients + 0.5))
+    slowdowns[rng.permutation(num_clients)[:slow]] = factor
+    return slowdowns
+
+
+@dataclass
+class VirtualClock:
+    """Seeded virtual time of clients: durations, dropouts, arrival times (picklable)."""
+
+    slowdowns: np.ndarray
+    dropout: float = 0.0
+    seed: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"async.dropout={self.dropout!r}: must be in [0, 1)")
+        self.slowdowns = np.asarray(self.slowdowns, dtype=np.float64)
+        self.seed = tuple(int(s) for s in self.seed)
+
+    @classmethod
+    def from_spec(
+        cls, spec: str, num_clients: int, seed: Sequence[int], dropout: float = 0.0
+    ) -> VirtualClock:
+        """Draw every client's slowdown from ``spec`` (see ``draw_slowdowns``)."""
+        return cls(draw_slowdowns(spec, num_clients, seed), dropout, tuple(seed))
+
+    def durations(self, clients: Sequence[int], work: Sequence[float] | float) -> np.ndarray:
+        """Virtual time each client needs for ``work`` units (e.g. samples x epochs)."""
+        return np.asarray(work, dtype=np.float64) * self.slowdowns[np.asarray(clients, int)]
+
+    def dropped(self, clients: Sequence[int], step: int) -> np.ndarray:
+        """Whether each client drops out of dispatch ``step`` (same (step, client), same answer).
+
+        One uniform draw per client of the federation per step, so the answer does not
+        depend on who else is in the cohort.
+        """
+        rng = np.random.default_rng(np.random.SeedSequence([*self.seed, _DROPOUT_STREAM, step]))
+        return rng.random(self.slowdowns.size)[np.asarray(clients, int)] < self.dropout
+
+    def arrivals(
+        self,
+        clients: Sequence[int],
+        work: Sequence[float] | float,
+        start: Sequence[float] | float,
+        step: int,
+    ) -> np.ndarray:
+        """Arrival times ``start + duration``; inf for clients that dropped out."""
+        times = np.asarray(start, dtype=np.float64) + self.durations(clients, work)
+        return np.where(self.dropped(clients, step), np.inf, times)
+
+
+def default_max_staleness(durations: Sequence[float] | np.ndarray, factor: float = 2.0) -> float:
+    """``factor`` x the median round duration (the seed's 2 tau), ignoring dropouts (inf)."""
+    finite = np.asarray(durations, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
+        raise ValueError("durations: need at least one finite duration")
+    return float(factor * np.median(finite))
