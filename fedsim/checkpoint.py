@@ -58,6 +58,7 @@ class Checkpoint:
     client_states: dict[int, Any]
     records: list[RoundRecord]  # rounds 0 .. rounds_trained - 1
     algorithm: Any = None  # the run's Algorithm (None in checkpoints written before it was kept)
+    deployment: Any = None  # the deployment options' state (fedsim/deployment/driver.py)
 
 
 class CheckpointUnreadable(Exception):
@@ -101,6 +102,7 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
         "state": checkpoint.state,
         "client_states": checkpoint.client_states,
         "algorithm": checkpoint.algorithm,
+        "deployment": checkpoint.deployment,
         "records": [
             {
                 "round": r.round,
@@ -198,6 +200,7 @@ def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> C
             payload["client_states"],
             records,
             payload.get("algorithm"),
+            payload.get("deployment"),
         )
     except (KeyError, TypeError) as err:
         raise CheckpointUnreadable(

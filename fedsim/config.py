@@ -18,6 +18,12 @@ from typing import Any
 
 from fedsim.checks import checked, field_check
 from fedsim.config_yaml import apply_overrides, read_yaml_mapping
+from fedsim.deployment.settings import (
+    AggregationConfig,
+    AttackConfig,
+    CompressionConfig,
+    PrivacyConfig,
+)
 from fedsim.errors import ConfigError
 
 
@@ -115,6 +121,9 @@ class ClientConfig:
     momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum
     weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # SGD L2 penalty
     eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
+    clip_grad_norm: float | None = checked(  # clip each step's gradient to this L2 norm
+        None, lambda v: v is None or v > 0, "must be > 0 (or null: no clipping)"
+    )
 
 
 @dataclass
@@ -219,6 +228,10 @@ class ExperimentConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (the resolved config.yaml); algorithm params inlined."""

@@ -175,7 +175,8 @@ def run_experiment(
     try:
         created = make_run_dir(run_dir, overwrite=overwrite)
         for sink in sinks:
-            sink.start(run_dir, cfg.to_dict(), simulation.data.partition_summary())
+            partition = simulation.deployment.partition_info(simulation.data.partition_summary())
+            sink.start(run_dir, cfg.to_dict(), partition)
         started = True
         try:
             result = simulation.run(executor, sinks, run_dir=run_dir, resume=checkpoint)

@@ -26,6 +26,7 @@ class Panel:
     kind: str = "heatmap"  # heatmap | lines
     x: np.ndarray | None = None  # lines: the x of each point (default 0, 1, ...)
     labels: tuple[str, ...] = ()  # lines: one legend entry per row (default: no legend)
+    groups: tuple[int, ...] = ()  # lines: one group per row; a group's lines share a colour
 
     def __post_init__(self) -> None:
         if self.kind not in PANEL_KINDS:
@@ -38,6 +39,8 @@ class Panel:
             raise ValueError(f"Panel.x has {len(self.x)} points, values {values.shape[1]}")
         if self.labels and len(self.labels) != values.shape[0]:
             raise ValueError(f"Panel.labels has {len(self.labels)} names, values {values.shape[0]}")
+        if self.groups and len(self.groups) != values.shape[0]:
+            raise ValueError(f"Panel.groups has {len(self.groups)} ids, values {values.shape[0]}")
 
 
 @dataclass(frozen=True)

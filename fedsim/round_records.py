@@ -70,11 +70,19 @@ def round_summary(
 
 
 def round_record(
-    round_idx: int, summary: dict[str, Any], results: list[ClientResult], num_classes: np.ndarray
+    round_idx: int,
+    summary: dict[str, Any],
+    results: list[ClientResult],
+    num_classes: np.ndarray,
+    weights: dict[int, float] | None = None,
 ) -> RoundRecord:
-    """The round's record: its summary and one row per evaluated client."""
+    """The round's record: its summary and one row per evaluated client.
+
+    ``weights``: each client's ``weight`` column as the algorithm reports it (a
+    ``train_round``'s collaboration weights); default its share of the round's aggregate.
+    """
     record = RoundRecord(round=round_idx, summary=summary)
-    shares = aggregation_shares(results)
+    shares = aggregation_shares(results) if weights is None else weights
     record.clients = [
         ClientRow(
             client=c.client,

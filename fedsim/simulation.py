@@ -16,12 +16,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Algorithm, FederationInfo, ServerState, merge_sums
+from fedsim.algorithms.base import (
+    Algorithm,
+    ExchangeRound,
+    FederationInfo,
+    ServerState,
+)
 from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
+from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.errors import ClientFailureError
 from fedsim.interrupts import Interruption, deferred_interrupt
 from fedsim.metrics import best_and_final
@@ -113,6 +119,8 @@ class Simulation:
         self.data = self.algorithm.prepare_data(
             self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
         )
+        cohort_size = max(1, int(cfg.join_ratio * self.data.num_clients))
+        self.deployment = Deployment(cfg, self.algorithm, self.data.num_clients, cohort_size)
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
@@ -121,6 +129,7 @@ class Simulation:
             batch_size=cfg.client.batch_size,
             eval_batch_size=cfg.client.eval_batch_size,
             seed=cfg.seed,
+            clip_grad_norm=cfg.client.clip_grad_norm,
         )
 
     def sample_cohort(self, round_idx: int) -> list[int]:
@@ -151,6 +160,7 @@ class Simulation:
         checkpointing = run_dir is not None and cfg.checkpoint_every > 0
         records: list[RoundRecord] = []  # kept for checkpoints only
         first_round = 0
+        self.deployment.load_state_dict(None if resume is None else resume.deployment)
         if resume is not None:
             state, first_round = resume.state, resume.rounds_trained
             for client, client_state in resume.client_states.items():
@@ -167,7 +177,10 @@ class Simulation:
 
         def checkpoint_now() -> Path:
             states = {c: store.get(c) for c in store.clients()}
-            checkpoint = Checkpoint(done, cfg.to_dict(), state, states, records, self.algorithm)
+            checkpoint = Checkpoint(
+                done, cfg.to_dict(), state, states, records, self.algorithm,
+                self.deployment.state_dict(),
+            )  # fmt: skip
             return save_checkpoint(run_dir, checkpoint)
 
         try:
@@ -175,25 +188,35 @@ class Simulation:
                 began = time.perf_counter()
                 training = round_idx < cfg.rounds
                 evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
+                exchanging = training and self.algorithm.trains_by_exchange
                 cohort = set(self.sample_cohort(round_idx)) if training else set()
-                everyone = range(self.data.num_clients) if evaluating else sorted(cohort)
+                cohort = set() if exchanging else cohort  # train_round trains, not the tasks
+                evaluated = {c for c in range(self.data.num_clients) if evaluating}
+                evaluated = {c for c in evaluated if self.algorithm.evaluates(c)}
+                everyone = sorted(evaluated | cohort)
                 broadcast = self.algorithm.broadcast(state)
                 tasks = [
                     ClientTask(
                         client=c,
                         payload=self.algorithm.client_payload(state, c),
                         state=store.get(c),
-                        evaluate=evaluating,
+                        evaluate=c in evaluated,
                         train=c in cohort,
                     )
                     for c in everyone
                 ]
+                self.deployment.prepare(round_idx, tasks)
                 download = sum(
                     self.algorithm.download_nbytes(broadcast, t.payload, t.state)
                     for t in tasks
                     if t.train
                 )
                 worker_results = executor.run_round(round_idx, broadcast, tasks)
+                report = None
+                if exchanging:  # many gradient exchanges, after the round's evaluation
+                    trained_state, report = self.algorithm.train_round(
+                        state, self.exchange_round(executor, round_idx)
+                    )
                 with deferred_interrupt():  # commit the round whole, or not at all
                     results = sorted(
                         (c for w in worker_results for c in w.clients), key=lambda c: c.client
@@ -204,8 +227,12 @@ class Simulation:
                         for c in results:
                             if c.state is not None:
                                 store.put(c.client, c.state)
-                        if training:
-                            sums = merge_sums([w.sums for w in worker_results])
+                        if report is not None:
+                            state = trained_state
+                        elif training:
+                            sums = self.deployment.combine(
+                                round_idx, [w.sums for w in worker_results], results
+                            )
                             individual = {
                                 c.client: c.individual for c in results if c.individual is not None
                             }
@@ -216,7 +243,13 @@ class Simulation:
                     if training:
                         summary["bytes_down"] = download
                         summary["bytes_up"] = sum(c.upload_bytes for c in results)
-                    record = round_record(round_idx, summary, results, num_classes)
+                        summary.update(self.deployment.round_summary())
+                    weights = None
+                    if report is not None:
+                        summary.update(report.summary)
+                        weights = report.client_weights
+                    record = round_record(round_idx, summary, results, num_classes, weights)
+                    self.deployment.annotate(record)
                     history.append({"round": round_idx, **summary})
                     for sink in sinks:
                         sink.log_round(record)
@@ -245,12 +278,25 @@ class Simulation:
         summary = self._finish(sinks, history, "completed", done)
         return RunResult(summary=summary, history=history, state=state, client_store=store)
 
+    def exchange_round(self, executor: Executor, round_idx: int) -> ExchangeRound:
+        """The context of a ``train_round``: client settings and the executor's exchange."""
+        return ExchangeRound(
+            round=round_idx,
+            seed=self.cfg.seed,
+            lr=self.cfg.client.lr,
+            batch_size=self.cfg.client.batch_size,
+            exchange=lambda tasks, broadcast: executor.exchange(round_idx, broadcast, tasks),
+        )
+
     @staticmethod
     def _finish(
         sinks: list[Sink], history: list[dict[str, Any]], status: str, done: int
     ) -> dict[str, Any]:
         """best/final over the rounds run, with how the run ended; handed to every sink."""
         summary: dict[str, Any] = {**best_and_final(history), "status": status}
+        privacy = privacy_summary(history)
+        if privacy is not None:
+            summary["privacy"] = privacy
         if status != "completed":
             summary["rounds_completed"] = done
         for sink in sinks:

@@ -21,7 +21,18 @@ from fedsim.keys import algorithm_keys, algorithm_names, all_keys, experiment_ke
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SECTIONS = ("data", "model", "client", "runtime", "tracking", "algorithm")
+SECTIONS = (
+    "data",
+    "model",
+    "client",
+    "runtime",
+    "tracking",
+    "algorithm",
+    "aggregation",
+    "attack",
+    "privacy",
+    "compression",
+)
 # a dotted key in prose: starts with a section, not part of a path or a module name
 DOTTED_KEY = re.compile(
     rf"(?<![\w./:-])((?:{'|'.join(SECTIONS)})(?:\.[a-z_][a-z0-9_]*)+)(?![\w/(-])"

@@ -172,6 +172,52 @@ def merge_sums(parts: list[dict[str, WeightedSum]]) -> dict[str, WeightedSum]:
     return total
 
 
+@dataclass(frozen=True)
+class ExchangeRound:
+    """What ``train_round`` works with: the round, the client settings, and ``exchange``.
+
+    ``exchange(tasks, broadcast)`` runs ``GradientTask`` / ``CurvatureTask`` s
+    (``fedsim.gradient_tasks``) on the worker pool and returns their ``TaskOutput`` s in task
+    order; ``broadcast`` is shipped once per worker per call. A plain callable: the algorithm
+    never sees the executor.
+    """
+
+    round: int
+    seed: int  # the run's seed: draw every minibatch from (seed, round, ...)
+    lr: float  # client.lr
+    batch_size: int  # client.batch_size
+    exchange: Callable[[list[Any], dict[str, Any]], list[Any]] = field(repr=False)
+
+
+@dataclass
+class RoundReport:
+    """What a ``train_round`` reports beside the new state.
+
+    ``summary``: keys added to the round's summary (metrics.jsonl; numbers also go to W&B),
+    ``bytes_down`` / ``bytes_up`` / ``train_loss`` / ``num_trained`` among them;
+    ``client_weights``: the ``weight`` column of clients.csv, per client.
+    """
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    client_weights: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelUpload:
+    """What a client uploads as a model update (``fedsim/deployment/``: attacks, clipping,
+    privacy noise, compression, robust aggregation act on it; the algorithm never sees them).
+
+    ``ranges``: the [start, stop) entries of the flat model it uploads, relative to the model
+    it trained from (None: all of them). ``sums``: patterns (fnmatch) of the weighted sums
+    that are means of that upload over clients who all received the same model, so a robust
+    rule or central noise may replace their mean; empty when no sum is (cwFedAvg's class
+    sums weigh each client's own personalized model by r_ij).
+    """
+
+    ranges: list[tuple[int, int]] | None = None
+    sums: tuple[str, ...] = ()
+
+
 @dataclass
 class AlgorithmParams:
     """Algorithm-specific config keys (``algorithm.<key>``); subclasses add fields."""
@@ -182,6 +228,8 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    # True: a round is ``train_round`` (many gradient exchanges), not local training
+    trains_by_exchange: ClassVar[bool] = False
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         self.params = params
@@ -220,6 +268,23 @@ class Algorithm:
     ) -> ServerState:
         """New server state from the reduced client sums (and individual uploads)."""
         return state
+
+    def train_round(
+        self, state: ServerState, context: ExchangeRound
+    ) -> tuple[ServerState, RoundReport]:
+        """A whole training round driven from the driver (``trains_by_exchange`` algorithms).
+
+        Instead of one local-training call per client, the algorithm runs as many gradient
+        exchanges as it needs through ``context.exchange``. It must not modify ``state`` in
+        place (an interrupted round leaves the last committed state). Evaluation is the
+        usual ``client_start`` path, before the round, like every algorithm's.
+        """
+        raise NotImplementedError(f"{self.name} trains clients locally; it has no train_round")
+
+    def evaluates(self, client: int) -> bool:
+        """Whether ``client`` is evaluated in evaluation rounds (its accuracy counts in the
+        round's summary). Default: every client; SP-CACW: its targets only."""
+        return True
 
     # --- driver side, from a (final) state: no worker, no client data ---
     def client_info(self, client: int, round_idx: int) -> ClientInfo:
@@ -269,6 +334,11 @@ class Algorithm:
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate()
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload | None:
+        """The model update ``client`` uploads this round (None: none; then the deployment
+        options, privacy, compression, attacks and robust rules, are a config error)."""
+        return None
 
     # --- communication accounting (the protocol's bytes, not the simulator's transport) ---
     def download_nbytes(

@@ -49,6 +49,7 @@ from fedsim.algorithms.base import (
     ClientStates,
     ClientUpdate,
     FederationInfo,
+    ModelUpload,
     ServerState,
     WeightedSum,
 )
@@ -311,3 +312,7 @@ class CwFedAvg(Algorithm):
         if not self.all_layers:
             sums["params"] = (float(client.num_train), trained)
         return ClientUpdate(sums=sums, state={"r": estimated})
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload:
+        """The trained model; no sum is a plain mean of it (class sums weigh it by r_ij)."""
+        return ModelUpload()

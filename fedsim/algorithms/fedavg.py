@@ -26,6 +26,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     FederationInfo,
+    ModelUpload,
     ServerState,
     WeightedSum,
 )
@@ -110,3 +111,7 @@ class FedAvg(Algorithm):
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate(sums=self.weighting.contribute("params", trained, plan, client))
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload:
+        """The whole trained model; ``params`` and its weighting's parts are its means."""
+        return ModelUpload(sums=("params", "params/*"))

@@ -41,6 +41,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     FederationInfo,
+    ModelUpload,
     ServerState,
     WeightedSum,
 )
@@ -253,3 +254,9 @@ class FedPer(Algorithm):
         if self.base_ranges[k]:
             sums[f"base_k{k}"] = (weight, gather(trained, self.base_ranges[k]))
         return ClientUpdate(sums=sums, state={"personal": gather(trained, self.personal_ranges[k])})
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload:
+        """The base layers only (the whole model in cold-start rounds)."""
+        if self.cold(client.round):
+            return ModelUpload(sums=("params",))
+        return ModelUpload(ranges=self.base_ranges[self.client_k[client.client]], sums=("base_k*",))

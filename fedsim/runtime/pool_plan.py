@@ -11,7 +11,7 @@ import numpy as np
 
 from fedsim.config import RuntimeConfig
 from fedsim.errors import ConfigError
-from fedsim.runtime.worker import ClientTask, GradientTask, Task
+from fedsim.runtime.worker import ClientTask, CurvatureTask, GradientTask, Task
 
 TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
 TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
@@ -95,6 +95,12 @@ def task_cost(task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epoch
             cost += TRAIN_COST_PER_SAMPLE * epochs * float(train_sizes[task.client])
         if task.evaluate:
             cost += float(test_sizes[task.client])
+    elif isinstance(task, GradientTask) and task.stack is not None:
+        cost += TRAIN_COST_PER_SAMPLE * sum(len(samples) for _, samples in task.at)
+    elif isinstance(task, CurvatureTask):
+        n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
+        n = n if task.num_samples is None else min(n, task.num_samples)
+        cost += 2 * TRAIN_COST_PER_SAMPLE * task.iterations * n  # one HVP ~ two backprops
     elif isinstance(task, GradientTask):
         n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
         if task.num_samples is not None:

@@ -67,11 +67,14 @@ def train_client(
     generator: torch.Generator,
     device: torch.device | None = None,
     terms: ClientTerms | None = None,
+    clip_grad_norm: float | None = None,
 ) -> TrainResult:
     """SGD over the client's samples, shuffled per epoch; stops at the first non-finite loss.
 
     ``terms`` (the algorithm's client terms) go to the module's ``training_step`` and
     ``on_before_optimizer_step`` on every step; None trains on plain cross-entropy.
+    ``clip_grad_norm``: each step's gradient is clipped to this L2 norm after those hooks
+    (where Lightning's Trainer clips), with ``torch.nn.utils.clip_grad_norm_``.
     """
     module.train()
     optimizer = module.configure_optimizers()
@@ -88,6 +91,8 @@ def train_client(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             module.on_before_optimizer_step(optimizer, terms=terms)
+            if clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
             optimizer.step()
             total += value
             steps += 1

@@ -16,6 +16,15 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, ClientInfo, ClientState, WeightedSum
 from fedsim.data.federated import FederatedData
+from fedsim.deployment.attacks import LabelFlipped
+from fedsim.deployment.client_stages import (
+    ClientUpload,
+    UploadReport,
+    run_client_stages,
+    upload_nbytes,
+)
+from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
+from fedsim.runtime.gradient_work import curvature, stacked_gradients
 from fedsim.runtime.training import EvalResult, evaluate_client, gradient_client, train_client
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.hooks import ClientTerms
@@ -40,6 +49,7 @@ class WorkerSpec:
     seed: int
     num_threads: int | None = None
     device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
+    clip_grad_norm: float | None = None  # client.clip_grad_norm: every local step's gradient
 
 
 @dataclass
@@ -49,40 +59,10 @@ class ClientTask:
     state: ClientState | None
     evaluate: bool
     train: bool
+    upload: ClientUpload | None = None  # the deployment options' client stages (None: off)
 
 
-@dataclass
-class GradientTask:
-    """Gradient of the mean CE loss at ``params`` on some of ``client``'s samples.
-
-    A round of gradients instead of local training (SP-CACW: every client returns a
-    stochastic gradient at the target's model). Samples: ``indices`` if given (e.g. a
-    server-side validation set), else the client's training split; ``num_samples`` draws a
-    minibatch of that many from them, seeded by (seed, round, client, ``key``), so it does not
-    depend on the worker. No client terms.
-    """
-
-    client: int
-    params: torch.Tensor | None = None  # None: broadcast["params"]
-    num_samples: int | None = None  # None: all the samples
-    indices: np.ndarray | None = None
-    train_mode: bool = True
-    key: int = 0
-    tag: Any = None  # returned as is, to match outputs to requests
-
-
-Task = ClientTask | GradientTask
-
-
-@dataclass
-class TaskOutput:
-    """What a GradientTask gave: the ``gradient`` and the mean ``loss`` on ``num_samples``."""
-
-    client: int
-    tag: Any = None
-    gradient: torch.Tensor | None = None
-    loss: float | None = None
-    num_samples: int = 0
+Task = ClientTask | GradientTask | CurvatureTask
 
 
 @dataclass
@@ -97,6 +77,7 @@ class ClientResult:
     eval_seconds: float = 0.0
     upload_bytes: int = 0  # what the client sent (the algorithm's protocol, not our transport)
     weights: dict[str, float] = field(default_factory=dict)  # its weight in each weighted sum
+    upload: UploadReport | None = None  # what the deployment client stages did
 
 
 @dataclass
@@ -135,10 +116,13 @@ class ClientWorker:
                 result.train_seconds += client_result.train_seconds
                 result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
                 continue
-            if not isinstance(task, GradientTask):
-                raise TypeError(f"unknown task type {type(task).__name__}")
             began = time.perf_counter()
-            result.outputs.append(self._gradient(round_idx, broadcast, task))
+            if isinstance(task, CurvatureTask):
+                result.outputs.append(curvature(self, round_idx, broadcast, task))
+            elif isinstance(task, GradientTask):
+                result.outputs.append(self._gradient(round_idx, broadcast, task))
+            else:
+                raise TypeError(f"unknown task type {type(task).__name__}")
             result.compute_seconds += time.perf_counter() - began
         result.busy_seconds = time.perf_counter() - start
         return result
@@ -150,6 +134,8 @@ class ClientWorker:
     def _gradient(
         self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
     ) -> TaskOutput:
+        if task.stack is not None:
+            return stacked_gradients(self, round_idx, broadcast, task)
         self.flat.copy_(broadcast["params"] if task.params is None else task.params)
         samples = self.data.clients[task.client].train if task.indices is None else task.indices
         samples = np.asarray(samples, dtype=np.int64)
@@ -216,27 +202,37 @@ class ClientWorker:
         self.flat.copy_(plan.train_params)
         seed = client_seed(self.spec.seed, round_idx, client)
         torch.manual_seed(seed)
+        flipped = task.upload is not None and task.upload.flips_labels
         trained = train_client(
             self.module,
-            self.data,
+            LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
             split.train if plan.train_indices is None else plan.train_indices,
             epochs=self.spec.epochs,
             batch_size=self.spec.batch_size,
             generator=torch.Generator().manual_seed(seed),
             device=self.device,
             terms=plan.terms,
+            clip_grad_norm=self.spec.clip_grad_norm,
         )
         out.train_loss = trained.mean_loss
         out.train_seconds = time.perf_counter() - began
         if not trained.finite or not bool(torch.isfinite(self.flat).all()):
             out.failed = True  # left out of the aggregate; its state stays as before
             return out
-        update = self.algorithm.client_finish(plan, self._trained_params(), task.state, info)
+        uploaded = self._trained_params()
+        upload = None if task.upload is None else self.algorithm.model_upload(info)
+        if task.upload is not None and upload is not None:
+            uploaded, out.upload = run_client_stages(
+                task.upload, upload, plan.train_params, uploaded, round_idx, client
+            )
+        update = self.algorithm.client_finish(plan, uploaded, task.state, info)
+        if out.upload is not None and task.upload is not None and task.upload.individual:
+            out.upload.sums, sums = dict(update.sums), {}  # the server needs it on its own
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
             out.weights[key] = float(weight)
         out.state, out.individual = update.state, update.individual
-        out.upload_bytes = self.algorithm.upload_nbytes(update)
+        out.upload_bytes = upload_nbytes(self.algorithm.upload_nbytes(update), out.upload)
         return out
 
 
@@ -295,6 +291,7 @@ class WorkerProbe:
                 generator=torch.Generator().manual_seed(seed),
                 device=worker.device,
                 terms=terms,
+                clip_grad_norm=worker.spec.clip_grad_norm,
             )
         finally:
             for p in held:

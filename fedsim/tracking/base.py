@@ -16,6 +16,7 @@ class ClientRow:
     n: int  # test samples
     classes: int  # classes present in the client's training data
     weight: float | None = None  # its share of this round's aggregate (None: did not train)
+    attacked: bool | None = None  # an attacker (attack.kind set; None: no attack configured)
 
 
 @dataclass

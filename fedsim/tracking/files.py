@@ -28,7 +28,9 @@ class FileSink(Sink):
         self._metrics = open(run_dir / "metrics.jsonl", "w")
         self._clients = open(run_dir / "clients.csv", "w", newline="")
         fields = [f.name for f in dataclasses.fields(ClientRow)]
-        self._writer = csv.DictWriter(self._clients, fieldnames=fields)
+        if (config.get("attack") or {}).get("kind", "none") == "none":
+            fields.remove("attacked")  # the column exists in runs with an attack only
+        self._writer = csv.DictWriter(self._clients, fieldnames=fields, extrasaction="ignore")
         self._writer.writeheader()
 
     def log_round(self, record: RoundRecord) -> None:

@@ -8,6 +8,7 @@ backend) and knows nothing about the algorithm or the simulation that made them.
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,9 @@ def _draw_lines(ax: Any, panel: Panel) -> None:
     points = panel.values.shape[1]
     x = np.arange(points) if panel.x is None else np.asarray(panel.x)
     labels = panel.labels or (None,) * panel.values.shape[0]
-    for row, label in zip(panel.values, labels, strict=True):
-        ax.plot(x, row, marker="o" if points <= 30 else None, ms=3, label=label)
+    colors = [f"C{g % 10}" for g in panel.groups] or [None] * panel.values.shape[0]
+    for row, label, color in zip(panel.values, labels, colors, strict=True):
+        ax.plot(x, row, marker="o" if points <= 30 else None, ms=3, label=label, color=color)
     if panel.labels:
         ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
@@ -71,7 +73,8 @@ def write_figure(path: Path, figure: Figure, context: str = "") -> Path:
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.tick_params(labelsize=6)
-    fig.suptitle(f"{context}  {figure.title}".strip(), fontsize=10)
+    title = textwrap.fill(f"{context}  {figure.title}".strip(), width=int(11 * width))
+    fig.suptitle(title, fontsize=10)  # wrapped: a long title no longer runs off the figure
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

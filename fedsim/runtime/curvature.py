@@ -1,0 +1,88 @@
+"""Top Hessian eigenvalue by Hessian-vector products (double backprop) and power iteration.
+
+The local smoothness constant L of a client's loss at given parameters, without forming the
+Hessian (Pearlmutter's trick: H v = d/dw (grad f(w) . v)). Algorithm-agnostic: SP-CACW asks
+for it through a ``CurvatureTask``; anything else may.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from fedsim.data.federated import FederatedData
+from fedsim.runtime.training import prepare_batch
+from lightning_modules.base import FLModule
+
+Vectors = list[torch.Tensor]
+
+
+def _dot(a: Vectors, b: Vectors) -> torch.Tensor:
+    return sum((x * y).sum() for x, y in zip(a, b, strict=True))
+
+
+def power_iteration(
+    hvp: Callable[[Vectors], Vectors],
+    shapes: list[torch.Size],
+    iterations: int,
+    generator: torch.Generator,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> float:
+    """Eigenvalue of largest magnitude of the symmetric operator ``hvp`` (Rayleigh quotient).
+
+    ``iterations`` products from a seeded Gaussian start; stops early on convergence.
+    """
+    v = [torch.randn(s, generator=generator, dtype=dtype).to(device) for s in shapes]
+    norm = torch.sqrt(_dot(v, v))
+    v = [x / norm for x in v]
+    eigenvalue = 0.0
+    for _ in range(max(1, iterations)):
+        hv = hvp(v)
+        new = float(_dot(v, hv))
+        norm = torch.sqrt(_dot(hv, hv))
+        if not torch.isfinite(norm) or float(norm) == 0.0:
+            return new
+        v = [x / norm for x in hv]
+        converged = abs(new - eigenvalue) <= 1e-3 * max(abs(new), 1e-12)
+        eigenvalue = new
+        if converged:
+            break
+    return eigenvalue
+
+
+def hessian_top_eigenvalue(
+    module: FLModule,
+    data: FederatedData,
+    indices: np.ndarray,
+    *,
+    batch_size: int,
+    iterations: int,
+    generator: torch.Generator,
+    device: torch.device | None = None,
+) -> float:
+    """Top |eigenvalue| (signed) of the Hessian of the mean CE loss of ``module`` on ``indices``.
+
+    Eval mode; the Hessian-vector product is summed over chunks of ``batch_size`` samples.
+    """
+    module.eval()
+    params = [p for p in module.parameters() if p.requires_grad]
+    n = max(len(indices), 1)
+    batches = [
+        prepare_batch(data.batch(indices[start : start + batch_size]), device)
+        for start in range(0, len(indices), batch_size)
+    ]
+
+    def hvp(v: Vectors) -> Vectors:
+        total = [torch.zeros_like(p) for p in params]
+        for x, y in batches:
+            loss = torch.nn.functional.cross_entropy(module(x), y, reduction="sum") / n
+            grads = torch.autograd.grad(loss, params, create_graph=True)
+            hv = torch.autograd.grad(_dot(list(grads), v), params)
+            for acc, h in zip(total, hv, strict=True):
+                acc.add_(h.detach())
+        return total
+
+    return power_iteration(hvp, [p.shape for p in params], iterations, generator, device)

@@ -1,0 +1,353 @@
+"""SP-CACW (issue 15): the math by hand, the worker's gradient and curvature tasks, and
+equalities of whole runs (Ray pool == local executor; targets side by side == each alone).
+
+Unit tests need no data; the run tests use a tiny mnist-5k federation (400 digits, 4
+relabelled clients in 2 clusters, 2 rounds), seconds each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from helpers import federation, untimed
+
+from fedsim.algorithms.simplex import (
+    objective,
+    project_simplex,
+    projected_gradient_step,
+    solve_leader,
+)
+from fedsim.algorithms.spcacw import (
+    SPCACW,
+    SPCACWParams,
+    _Moments,
+    beta_at,
+    draw_participation,
+    target_list,
+)
+from fedsim.cli import main
+from fedsim.config import load_config
+from fedsim.errors import ConfigError
+from fedsim.gradient_tasks import CurvatureTask, GradientTask
+from fedsim.runtime.curvature import hessian_top_eigenvalue, power_iteration
+from fedsim.runtime.executor import LocalExecutor
+from fedsim.runtime.worker import ClientWorker
+from fedsim.simulation import Simulation
+
+# ------------------------------------------------------------------ the simplex
+
+
+def bisection_projection(v: np.ndarray) -> np.ndarray:
+    """Reference: the threshold theta with sum max(v - theta, 0) = 1, found by bisection."""
+    low, high = v.min() - 1.0, v.max()
+    for _ in range(200):
+        theta = (low + high) / 2
+        low, high = (theta, high) if np.maximum(v - theta, 0).sum() > 1 else (low, theta)
+    return np.maximum(v - (low + high) / 2, 0)
+
+
+def test_simplex_projection_matches_a_bisection_reference_and_is_exact():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        v = rng.normal(size=rng.integers(1, 12)) * rng.choice([0.1, 1.0, 10.0])
+        got = project_simplex(v)
+        np.testing.assert_allclose(got, bisection_projection(v), atol=1e-9)
+        assert got.min() >= 0 and abs(got.sum() - 1) < 1e-12
+        # optimality: no feasible point on a grid of directions is closer to v
+        for _ in range(5):
+            other = project_simplex(got + rng.normal(size=len(v)) * 0.1)
+            assert np.sum((got - v) ** 2) <= np.sum((other - v) ** 2) + 1e-12
+    assert np.array_equal(project_simplex(np.array([3.0, 0.0, -1.0])), [1.0, 0.0, 0.0])
+    assert np.array_equal(project_simplex(np.array([0.2, 0.2])), [0.5, 0.5])
+
+
+def grid_minimum(q: np.ndarray, reg: float, step: float = 0.002) -> tuple[np.ndarray, float]:
+    """Brute force over the M = 3 simplex on a grid."""
+    n = int(round(1 / step))
+    i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    keep = i + j <= n
+    grid = np.stack([i[keep], j[keep], n - i[keep] - j[keep]], axis=1) / n
+    values = np.einsum("ki,ij,kj->k", grid, q, grid) + reg * (grid**3).sum(axis=1)
+    best = int(np.argmin(values))
+    return grid[best], float(values[best])
+
+
+def random_problem(rng: np.random.Generator, zeroed: bool) -> np.ndarray:
+    """Q = B B^T + c G G^T like SP-CACW's, peer 0 the target (its bias row is zero)."""
+    bias = rng.normal(size=(3, 5))
+    bias[0] = 0
+    if zeroed:
+        bias[2] *= 8  # a far-off peer: its weight should be exactly 0
+    grads = rng.normal(size=(3, 5))
+    return bias @ bias.T + 0.3 * grads @ grads.T
+
+
+@pytest.mark.parametrize("reg", [0.0, 0.7])
+def test_ftal_and_pgd_reach_the_grid_minimum_at_m3(reg):
+    rng = np.random.default_rng(1)
+    for trial in range(6):
+        q = random_problem(rng, zeroed=trial % 2 == 0)
+        grid, grid_value = grid_minimum(q, reg)
+        start = np.array([1.0, 0.0, 0.0])
+        leader = solve_leader(q, reg, start)
+        assert objective(q, reg, leader) <= grid_value + 1e-9
+        np.testing.assert_allclose(leader, grid, atol=0.01)
+        alpha = start
+        for _ in range(3000):  # PGD: one step per update, on a fixed objective
+            alpha = projected_gradient_step(q, reg, alpha)
+        assert objective(q, reg, alpha) <= grid_value + 1e-6
+        np.testing.assert_allclose(alpha, leader, atol=2e-3)
+        if trial % 2 == 0 and grid[2] == 0:
+            assert leader[2] == 0.0  # exactly zero, not 1e-17
+
+
+# ------------------------------------------------------------------ the estimators
+
+
+def tiny_algorithm(**params) -> SPCACW:
+    fed = federation([("w", (2,))], [4, 4, 4])
+    fed.client_train_indices = [np.arange(4), np.arange(4, 8), np.arange(8, 12)]
+    return SPCACW(SPCACWParams(**params), fed)
+
+
+def test_ema_bias_and_running_grams_by_hand():
+    algo = tiny_algorithm(targets=0, beta="1/t", T_start=2)
+    state = algo.init_state(torch.zeros(2))
+    g1 = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, -2.0]])
+    g2 = torch.tensor([[2.0, 2.0], [2.0, 1.0], [4.0, 0.0]])
+    moments = _Moments()
+    algo.apply_step(state, 0, g1, 0.1, moments)
+    # alpha one-hot on the target: w = -0.1 g1[0]
+    torch.testing.assert_close(state["models"][0], torch.tensor([-0.1, 0.0]))
+    b1 = (g1 - g1[0]).double()  # beta_1 = 1: b^_1 = b~_1
+    torch.testing.assert_close(state["bias"][0].double(), b1)
+    assert state["terms"][0] == 0 and not state["bias_gram"].any()  # t=1 < T_start
+    state["alpha"][0] = [0.5, 0.25, 0.25]
+    algo.apply_step(state, 0, g2, 0.1, moments)
+    b2 = 0.5 * b1 + 0.5 * (g2 - g2[0]).double()  # beta_2 = 1/2
+    torch.testing.assert_close(state["bias"][0].double(), b2)
+    np.testing.assert_allclose(state["bias_gram"][0], (b2 @ b2.T).numpy())
+    np.testing.assert_allclose(state["grad_gram"][0], 0.1 * (g2 @ g2.T).double().numpy())
+    expected = torch.tensor([-0.1, 0.0]) - 0.1 * (0.5 * g2[0] + 0.25 * g2[1] + 0.25 * g2[2])
+    torch.testing.assert_close(state["models"][0], expected)
+    # the target's gradient variance over the round: g^(0) = (1, 0), (2, 2)
+    var = np.array([0.25, 1.0])
+    assert moments.variance_norm2() == pytest.approx(float((var**2).sum()))
+    assert beta_at(0.3, 7) == 0.3 and beta_at("1/t", 4) == 0.25
+
+
+def test_partial_participation_rescaling_is_unbiased():
+    p, g = 0.3, torch.tensor([1.0, -2.0])
+    algo = tiny_algorithm(targets=0, participation=p)
+    total, draws = torch.zeros(2), 4000
+    for step in range(draws):
+        joined = draw_participation([0, 0, step, 0, 1, 12], p)
+        outputs = [SimpleNamespace(client=0, tag=[0], gradient=torch.zeros(1, 2))]
+        if joined:
+            outputs.append(SimpleNamespace(client=1, tag=[0], gradient=g[None]))
+        total += algo.gather(outputs, [0], 2)[0][1]
+    mean = total / draws
+    # E[z g / p] = g: within 4 standard errors of the Bernoulli mean
+    se = float(np.sqrt((1 - p) / (p * draws)))
+    assert torch.allclose(mean, g, atol=4 * se * 2.0)
+    assert not torch.equal(mean, g)  # it really was random
+
+
+def test_targets_key_and_bad_values():
+    assert target_list("all", 3) == [0, 1, 2]
+    assert target_list(1, 3) == [1] and target_list([2, 0], 3) == [2, 0]
+    with pytest.raises(ConfigError, match="algorithm.targets"):
+        tiny_algorithm(targets=3)
+
+
+# ------------------------------------------------------------------ curvature
+
+
+def test_power_iteration_finds_the_top_eigenvalue_of_a_quadratic_model():
+    rng = np.random.default_rng(2)
+    basis, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    eigenvalues = np.array([-0.5, 0.1, 0.3, 1.0, 2.0, 7.0])
+    h = torch.tensor(basis @ np.diag(eigenvalues) @ basis.T, dtype=torch.float64)
+    w = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+
+    def hvp(v):  # double backprop through f(w) = w^T H w / 2
+        (grad,) = torch.autograd.grad(0.5 * w @ h @ w, [w], create_graph=True)
+        return list(torch.autograd.grad(grad @ v[0], [w]))
+
+    got = power_iteration(
+        hvp, [w.shape], 200, torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    assert got == pytest.approx(7.0, rel=1e-3)
+
+
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_hvp_power_iteration_matches_the_exact_hessian_of_a_small_model():
+    torch.manual_seed(0)
+    model = Linear()
+    x, y = torch.randn(20, 3), torch.randint(0, 4, (20,))
+    data = SimpleNamespace(batch=lambda idx: (x[idx], y[idx]))
+    got = hessian_top_eigenvalue(
+        model,
+        data,
+        np.arange(20),
+        batch_size=7,  # chunks: the HVP is summed over them
+        iterations=500,
+        generator=torch.Generator().manual_seed(1),
+    )
+    names = [n for n, _ in model.named_parameters()]
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    shapes = [p.shape for p in model.parameters()]
+
+    def loss(vector):
+        parts, offset = {}, 0
+        for name, shape in zip(names, shapes, strict=True):
+            numel = int(np.prod(shape))
+            parts[name] = vector[offset : offset + numel].view(shape)
+            offset += numel
+        logits = torch.func.functional_call(model, parts, (x,))
+        return torch.nn.functional.cross_entropy(logits, y)
+
+    hessian = torch.autograd.functional.hessian(loss, flat)
+    exact = torch.linalg.eigvalsh(hessian)
+    top = float(exact[exact.abs().argmax()])
+    assert got == pytest.approx(top, rel=2e-3)
+
+
+# ------------------------------------------------------------------ real federation
+
+BASE = [
+    "seed=3",
+    "rounds=2",
+    "data.name=mnist-5k",
+    "data.max_samples=400",
+    "data.num_clients=4",
+    "data.partition.name=relabel",
+    "data.partition.clusters=2",
+    "client.lr=0.05",
+    "client.batch_size=16",
+    "checkpoint_every=0",
+    "runtime.executor=local",
+    "runtime.device=cpu",
+    "algorithm.name=spcacw",
+    "algorithm.lipschitz_samples=32",
+    "algorithm.lipschitz_iterations=4",
+]
+
+
+def simulation(*overrides: str) -> Simulation:
+    sim = Simulation(load_config(None, [*BASE, *overrides]))
+    sim.worker_spec.num_threads = 1
+    return sim
+
+
+def local_run(sim: Simulation):
+    torch.set_num_threads(1)
+    with LocalExecutor(sim.worker_spec, sim.data) as executor:
+        return sim.run(executor)
+
+
+def test_a_stacked_gradient_task_equals_one_task_per_model():
+    sim = simulation()
+    worker = ClientWorker(dataclasses.replace(sim.worker_spec, num_threads=1), sim.data)
+    stack = torch.stack([sim.initial_params, sim.initial_params * 0.9])
+    own = sim.data.clients[1].train
+    at = [(1, own[:8]), (0, own[3:9])]
+    stacked = worker.run(0, {"models": stack}, [GradientTask(1, stack="models", at=at)])
+    (out,) = stacked.outputs
+    assert out.gradient.shape == (2, stack.shape[1]) and len(out.losses) == 2
+    for j, (row, samples) in enumerate(at):
+        single = worker.run(0, {}, [GradientTask(1, params=stack[row], indices=samples)])
+        torch.testing.assert_close(out.gradient[j], single.outputs[0].gradient)
+        assert out.losses[j] == pytest.approx(single.outputs[0].loss)
+    curvature = worker.run(0, {}, [CurvatureTask(1, params=stack[0], num_samples=16)])
+    assert curvature.outputs[0].eigenvalue > 0
+
+
+def test_targets_side_by_side_equal_each_run_alone():
+    both = local_run(simulation("algorithm.targets=[0,3]", "algorithm.participation=0.5"))
+    for k, target in enumerate((0, 3)):
+        alone = local_run(simulation(f"algorithm.targets={target}", "algorithm.participation=0.5"))
+        torch.testing.assert_close(both.state["models"][k], alone.state["models"][0])
+        np.testing.assert_allclose(both.state["alpha"][k], alone.state["alpha"][0], atol=1e-9)
+        np.testing.assert_allclose(both.state["lipschitz"][k], alone.state["lipschitz"][0])
+    # the round records: targets only are evaluated; alpha per target, L, terms logged
+    first = both.history[0]
+    assert first["num_trained"] == 2 and len(first["alpha"]) == 2
+    assert {"alpha_zero", "lipschitz", "bias_term", "variance_term"} <= set(first)
+    assert "alpha/3/1" in first and first["bytes_down"] > 0
+
+
+@pytest.mark.slow
+def test_ray_pool_equals_the_local_executor(ray_cluster):
+    from fedsim.runtime.ray_executor import RayExecutor
+
+    overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7"]
+    local = local_run(simulation(*overrides))
+    sim = simulation(*overrides)
+    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
+    pool = RayExecutor(runtime, sim.worker_spec, sim.data)
+    try:
+        pooled = sim.run(pool)
+    finally:
+        pool.close()
+    torch.testing.assert_close(pooled.state["models"], local.state["models"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pooled.state["alpha"], local.state["alpha"], atol=1e-5)
+    for got, want in zip(untimed(pooled.history), untimed(local.history), strict=True):
+        for key in ("acc_mean", "lipschitz", "train_loss"):
+            if key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-4), key
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("algorithm.targets=9", "algorithm.targets"),
+        ("algorithm.targets=[0,0]", "algorithm.targets"),
+        ("algorithm.targets=-1", "algorithm.targets"),
+        ("algorithm.participation=0", "algorithm.participation"),
+        ("algorithm.participation=1.5", "algorithm.participation"),
+        ("algorithm.solver=adam", "algorithm.solver"),
+        ("algorithm.beta=0", "algorithm.beta"),
+        ("algorithm.beta=1.5", "algorithm.beta"),
+        ("algorithm.beta=1/s", "algorithm.beta"),
+        ("algorithm.T_start=0", "algorithm.T_start"),
+        ("algorithm.steps_per_round=0", "algorithm.steps_per_round"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(override, key, capsys, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("algorithm:\n  name: spcacw\n")
+    argv = ["run", str(config), "--check", "runtime.executor=local", "data.num_clients=4"]
+    argv += ["rounds=1", override]
+    before = sorted(Path(tmp_path).iterdir())
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code
+    finally:
+        os.chdir(old)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert key in lines[0]
+    assert sorted(Path(tmp_path).iterdir()) == before
