@@ -4,7 +4,9 @@ client info, a driven round), a fake probe and comparisons."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,3 +174,31 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
             assert_same(x, y, f"{where}[{i}]")
     else:
         assert a == b, where
+
+
+def invoke_cli(argv: list[str], capsys: Any, cwd: Path) -> tuple[int, str]:
+    """Run ``fedsim`` with ``argv`` in ``cwd``; (exit code, stderr). Nothing may be left in
+    ``cwd`` (a refused run writes no folder)."""
+    from fedsim.cli import main
+
+    before = sorted(p.name for p in cwd.iterdir())
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's own errors
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    finally:
+        os.chdir(old)
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in cwd.iterdir()) == before, f"{argv} left files behind"
+    return code, err
+
+
+def one_line_error(argv: list[str], capsys: Any, cwd: Path) -> str:
+    """The single stderr line of a run refused with exit code 2 (asserted)."""
+    code, err = invoke_cli(argv, capsys, cwd)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    return lines[0]

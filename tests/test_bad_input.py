@@ -10,35 +10,17 @@ The invocations a user actually tried (issue 13) are listed one by one first.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import invoke_cli as invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedsim.cli import main
 from fedsim.keys import algorithm_keys, experiment_keys
 
 BASE = ["runtime.executor=local", "data.num_clients=4", "rounds=1"]
-
-
-def invoke(argv: list[str], capsys: pytest.CaptureFixture[str], cwd: Path) -> tuple[int, str]:
-    """Run the CLI in ``cwd``; (exit code, stderr). Nothing may be left in ``cwd``."""
-    before = sorted(p.name for p in cwd.iterdir())
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        try:
-            code = main(argv)
-        except SystemExit as exit_:  # argparse's own errors
-            code = exit_.code if isinstance(exit_.code, int) else 2
-    finally:
-        os.chdir(old)
-    err = capsys.readouterr().err
-    assert sorted(p.name for p in cwd.iterdir()) == before, f"{argv} left files behind"
-    return code, err
 
 
 def assert_clean(code: int, err: str, argv: list[str]) -> None:

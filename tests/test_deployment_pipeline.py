@@ -5,15 +5,13 @@ default path untouched, local == Ray with a robust rule on, and bad input (one l
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
 import torch
-from helpers import untimed
+from helpers import one_line_error, untimed
 
 from fedsim.algorithms.base import ModelUpload
-from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
 from fedsim.deployment.client_stages import (
@@ -222,17 +220,4 @@ def test_bad_deployment_options_are_one_line_exit_2_and_no_run_folder(
     argv = ["run", str(config), "--check", "--no-progress", "runtime.executor=local",
             "data.max_samples=400", "data.num_clients=10", "data.partition.name=iid",
             *overrides.split()]  # fmt: skip
-    old = os.getcwd()
-    os.chdir(work)
-    try:
-        try:
-            code = main(argv)
-        except SystemExit as exit_:
-            code = exit_.code
-    finally:
-        os.chdir(old)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, err
-    assert needle in lines[0], err
-    assert list(work.iterdir()) == []
+    assert needle in one_line_error(argv, capsys, work)

@@ -8,14 +8,12 @@ relabelled clients in 2 clusters, 2 rounds), seconds each.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from helpers import federation, untimed
+from helpers import federation, one_line_error, untimed
 
 from fedsim.algorithms.simplex import (
     objective,
@@ -31,7 +29,6 @@ from fedsim.algorithms.spcacw import (
     draw_participation,
     target_list,
 )
-from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.gradient_tasks import CurvatureTask, GradientTask
@@ -336,18 +333,4 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(override, key, capsys, t
     config.write_text("algorithm:\n  name: spcacw\n")
     argv = ["run", str(config), "--check", "runtime.executor=local", "data.num_clients=4"]
     argv += ["rounds=1", override]
-    before = sorted(Path(tmp_path).iterdir())
-    old = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        try:
-            code = main(argv)
-        except SystemExit as exit_:
-            code = exit_.code
-    finally:
-        os.chdir(old)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, err
-    assert key in lines[0]
-    assert sorted(Path(tmp_path).iterdir()) == before
+    assert key in one_line_error(argv, capsys, tmp_path)
