@@ -39,6 +39,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/round_time.py
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache
