@@ -38,6 +38,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/round_time.py
 

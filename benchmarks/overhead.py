@@ -1,8 +1,10 @@
 """Overhead of fedsim against plain PyTorch doing exactly the same client work.
 
-FedAvgCNN on Fashion-MNIST, 100 clients (Dirichlet 0.5), every client sampled every round:
-each client evaluates the model it receives on its test split, then trains one epoch
-(batch 10, SGD), and the server averages. Four ways, same data, same seeds:
+FedAvgCNN on Fashion-MNIST, every client sampled every round: each client evaluates the
+model it receives on its test split, then trains one epoch (batch 10, SGD), and the server
+averages. Two workloads by default, measured in turn: 100 clients (Dirichlet 0.5, ~525 train
+samples each) and 1,000 tiny clients (IID, 52 train samples each), where the per-client path
+is all that shows. Four ways, same data, same seeds:
 
   (a) fedsim, Ray executor, W worker actors (one thread each)
   (b) fedsim, local executor, in process, torch's default threads
@@ -10,13 +12,14 @@ each client evaluates the model it receives on its test split, then trains one e
   (d) the ideal: the plain loop split over W OS processes (one thread each), same split as (a)
 
 Prints wall seconds per round, the ratios, and where (a) spends the time that is not client
-compute. Round 0 is a warm-up; the figures are over the rounds after it. On a shared
-machine use ``--passes 2`` or more: the ways are repeated and each keeps its fastest pass.
-CPU seconds per round are printed too (less sensitive to other users' load). Last line:
-``RESULT ray_vs_ideal=<a/d> ray_vs_plain=<a/c> outside_training=<fraction of (a)>``.
+compute. Round 0 is a warm-up; the figures are the median of the rounds after it. On a
+shared machine use ``--passes 2`` or more: the ways are repeated and each keeps its fastest
+pass. CPU seconds per round are printed too (less sensitive to other users' load). One line
+per workload at the end:
+``RESULT clients=<n> ray_vs_ideal=<a/d> ray_vs_plain=<a/c> outside_training=<fraction of (a)>``.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 4] [--workers W] [--clients 100]
-        [--ways adcb] [--passes 1]
+    .venv/bin/python benchmarks/overhead.py [--rounds 4] [--workers W] [--clients 100,1000]
+        [--partition auto|dirichlet|iid] [--ways adcb] [--passes 1]
 """
 
 from __future__ import annotations
@@ -42,6 +45,20 @@ from fedsim.runtime.worker import ClientTask, Task, WorkerResult, client_seed
 from fedsim.simulation import Simulation, build_data
 
 
+def partition_name(args: argparse.Namespace) -> str:
+    """``auto``: Dirichlet 0.5 up to 100 clients; IID beyond (1,000 tiny clients of ~52
+    train samples each: Dirichlet draws cannot give every one of them enough samples)."""
+    if args.partition != "auto":
+        return args.partition
+    return "dirichlet" if args.clients <= 100 else "iid"
+
+
+def partition_keys(args: argparse.Namespace) -> list[str]:
+    if partition_name(args) == "iid":
+        return ["data.partition.name=iid"]
+    return ["data.partition.name=dirichlet", "data.partition.alpha=0.5"]
+
+
 def experiment(args: argparse.Namespace, executor: str, cpus_per_worker: int) -> ExperimentConfig:
     return load_config(
         None,
@@ -50,8 +67,7 @@ def experiment(args: argparse.Namespace, executor: str, cpus_per_worker: int) ->
             "data.name=fashion-mnist",
             "data.download=false",
             f"data.num_clients={args.clients}",
-            "data.partition.name=dirichlet",
-            "data.partition.alpha=0.5",
+            *partition_keys(args),
             f"rounds={args.rounds}",
             "join_ratio=1.0",
             "eval_every=1",
@@ -244,7 +260,7 @@ def _process_share(job: tuple[list[int], np.ndarray, int]) -> tuple[np.ndarray, 
 
 def client_shares(data: FederatedData, cfg: ExperimentConfig, workers: int) -> list[list[int]]:
     """The split fedsim's Ray executor makes (same costs, largest first)."""
-    from fedsim.runtime.pool_plan import task_cost
+    from fedsim.runtime.task_cost import task_cost
 
     tasks = [ClientTask(c, {}, None, evaluate=True, train=True) for c in range(data.num_clients)]
     costs = [task_cost(t, data.train_sizes(), data.test_sizes(), cfg.client.epochs) for t in tasks]
@@ -252,8 +268,8 @@ def client_shares(data: FederatedData, cfg: ExperimentConfig, workers: int) -> l
 
 
 def steady(values: list[float]) -> float:
-    """Mean over the rounds after the first (warm-up) one."""
-    return statistics.fmean(values[1:] if len(values) > 1 else values)
+    """Median over the rounds after the first (warm-up) one."""
+    return statistics.median(values[1:] if len(values) > 1 else values)
 
 
 WAY_NAMES = {"a": "fedsim + Ray", "b": "fedsim, local", "c": "plain, 1 process", "d": "ideal"}
@@ -293,7 +309,8 @@ def run_way(
 
 
 def report_ray_breakdown(a: dict[str, Any], rounds: int) -> float:
-    """Print where (a) spends time that is not client compute; return that fraction."""
+    """Print where (a) spends time that is not client compute; return that fraction (of the
+    median steady round)."""
     steady_rounds = range(1, rounds) if rounds > 1 else range(rounds)
     calls = [a["calls"][r] for r in steady_rounds]
     wall = sum(a["round_seconds"][r] for r in steady_rounds)
@@ -303,7 +320,11 @@ def report_ray_breakdown(a: dict[str, Any], rounds: int) -> float:
     compute_max = sum(max(w.compute_seconds for w in c[1]) for c in calls)
     busy_sum = sum(sum(w.busy_seconds for w in c[1]) for c in calls)
     workers = a["workers"]
-    outside = 1.0 - compute / (workers * wall)
+    per_round = [
+        1.0 - sum(w.compute_seconds for w in a["calls"][r][1]) / (workers * a["round_seconds"][r])
+        for r in steady_rounds
+    ]
+    outside = statistics.median(per_round)  # the median steady round, like the wall ratios
     print(f"\n(a) over {len(calls)} steady rounds: wall {wall:.2f} s")
     print(f"    driver (sampling, payloads, aggregation, metrics): {wall - call:.3f} s")
     print(f"    Ray call beyond the slowest worker (transfer, scheduling): {call - busy_max:.3f} s")
@@ -312,7 +333,10 @@ def report_ray_breakdown(a: dict[str, Any], rounds: int) -> float:
         f"{(busy_sum - compute) / workers:.3f} s per worker"
     )
     print(f"    waiting on the slowest worker (imbalance): {compute_max - compute / workers:.3f} s")
-    print(f"    outside client compute: {outside:.3%} of W x wall")
+    print(
+        f"    outside client compute: {1.0 - compute / (workers * wall):.3%} of W x wall "
+        f"(median round {outside:.3%})"
+    )
     return outside
 
 
@@ -320,20 +344,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument(
+        "--clients", default="100,1000", help="comma-separated workloads, measured in turn"
+    )
+    parser.add_argument("--partition", choices=("auto", "dirichlet", "iid"), default="auto")
     parser.add_argument("--ways", default="adcb", help="which ways, in this order")
     parser.add_argument(
         "--passes", type=int, default=1, help="repeat the ways; each way keeps its best pass"
     )
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    results = []
+    for clients in [int(c) for c in args.clients.split(",")]:
+        results.append(measure(argparse.Namespace(**{**vars(args), "clients": clients})))
+    print("\n" + "\n".join(results))
+
+
+def measure(args: argparse.Namespace) -> str:
+    """Every way on one workload (``args.clients``); prints the report, returns the RESULT."""
     default_threads = torch.get_num_threads()
     data = build_data(experiment(args, "ray", 1))
     sizes = data.train_sizes()
     print(
-        f"fashion-mnist, {data.num_clients} clients (Dirichlet 0.5): train samples per client "
-        f"{sizes.min()}..{sizes.max()} (mean {sizes.mean():.0f}); {args.rounds} rounds, "
-        f"W={args.workers}, default torch threads={default_threads}, cores={os.cpu_count()}",
+        f"\n===== fashion-mnist, {data.num_clients} clients ({partition_name(args)}): train "
+        f"samples per client {sizes.min()}..{sizes.max()} (mean {sizes.mean():.0f}); "
+        f"{args.rounds} rounds, W={args.workers}, default torch threads={default_threads}, "
+        f"cores={os.cpu_count()}",
         flush=True,
     )
     load = os.getloadavg()
@@ -344,25 +380,25 @@ def main() -> None:
         for way in args.ways:
             print(f"pass {attempt}: ({way}) {WAY_NAMES[way]} ...", flush=True)
             out = run_way(way, args, data, default_threads)
-            out["mean"] = steady(out["round_seconds"])
+            out["median"] = steady(out["round_seconds"])
             print(
                 "    seconds per round "
                 + " ".join(f"{s:.2f}" for s in out["round_seconds"])
                 + f"; load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
-            if way not in best or out["mean"] < best[way]["mean"]:
+            if way not in best or out["median"] < best[way]["median"]:
                 best[way] = out
     ways = [w for w in "abcd" if w in best]
 
     # ---- report
     print("\nwall seconds per round (round 0 = warm-up; best pass of each way)")
-    print("round " + "".join(f"{'(' + w + ') ' + WAY_NAMES[w]:>20}" for w in ways))
+    print("round  " + "".join(f"{'(' + w + ') ' + WAY_NAMES[w]:>20}" for w in ways))
     for r in range(args.rounds):
-        print(f"{r:5d} " + "".join(f"{best[w]['round_seconds'][r]:20.2f}" for w in ways))
-    print("mean  " + "".join(f"{best[w]['mean']:20.2f}" for w in ways))
+        print(f"{r:6d} " + "".join(f"{best[w]['round_seconds'][r]:20.2f}" for w in ways))
+    print("median " + "".join(f"{best[w]['median']:20.2f}" for w in ways))
     ratio = {
-        f"{x}/{y}": best[x]["mean"] / best[y]["mean"]
+        f"{x}/{y}": best[x]["median"] / best[y]["median"]
         for x, y in ("ad", "ac", "bc", "cd")
         if x in best and y in best
     }
@@ -386,10 +422,12 @@ def main() -> None:
     outside = report_ray_breakdown(best["a"], args.rounds) if "a" in best else float("nan")
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(
-        f"RESULT ray_vs_ideal={ratio.get('a/d', float('nan')):.3f} "
+    result = (
+        f"RESULT clients={args.clients} ray_vs_ideal={ratio.get('a/d', float('nan')):.3f} "
         f"ray_vs_plain={ratio.get('a/c', float('nan')):.3f} outside_training={outside:.4f}"
     )
+    print(result, flush=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 import typing
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from fedsim.config import load_config
+from fedsim.early_start import start_early
 from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
 
@@ -41,14 +44,20 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedsim.experiment import RunInterrupted, check_experiment, run_experiment
-
     cfg = load_config(args.config, args.overrides)
     if args.resume and args.overwrite:
         raise ConfigError("--overwrite", True, "cannot be combined with --resume")
     if args.check:
+        from fedsim.experiment import check_experiment
+
         print(check_experiment(cfg))
         return 0
+    if not args.resume:  # before anything starts (the run checks it again)
+        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+        check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
+    early = start_early(cfg, resume=args.resume)  # Ray starts while torch imports
+    from fedsim.experiment import RunInterrupted, run_experiment
+
     try:
         result = run_experiment(
             cfg,
@@ -56,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             resume=args.resume,
             overwrite=args.overwrite,
+            simulation=early.simulation if early else None,
+            pool=early.pool if early else None,
         )
     except RunInterrupted as stop:
         print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)

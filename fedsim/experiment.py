@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedsim.algorithms.base import Algorithm, ClientStates, ServerState
 from fedsim.checkpoint import (
@@ -17,22 +18,17 @@ from fedsim.checkpoint import (
 from fedsim.config import ExperimentConfig
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
+from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir
 from fedsim.runtime.factory import check_runtime, make_executor
 from fedsim.simulation import RunResult, Simulation
+from fedsim.startup_timeline import write_startup
 from fedsim.tracking.base import Sink
 from fedsim.tracking.files import FileSink
 from fedsim.tracking.plots import figure_context, write_figures
 from fedsim.tracking.progress import ProgressSink
 
-
-def default_run_dir(cfg: ExperimentConfig, runs_root: str | Path = "runs") -> Path:
-    """``runs/<name>``, or ``runs/<name>-2``, ``-3``... when that exists (never overwrite)."""
-    base = Path(runs_root) / cfg.name
-    candidate, suffix = base, 2
-    while candidate.exists():
-        candidate = base.with_name(f"{base.name}-{suffix}")
-        suffix += 1
-    return candidate
+if TYPE_CHECKING:
+    from fedsim.runtime.pool_start import StartedPool
 
 
 def write_report_safely(run_dir: Path) -> list[Path]:
@@ -87,36 +83,6 @@ class RunInterrupted(Exception):
         return f"{done}; resume with: {resume_command}"
 
 
-def check_out_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    """ConfigError unless ``run_dir`` can hold this run (raised before anything is written).
-
-    A file in its place or above it, or a folder that already holds a run (unless the run is
-    resumed or ``overwrite`` clears it), is refused.
-    """
-    for parent in (run_dir, *run_dir.parents):
-        if parent.exists() and not parent.is_dir():
-            where = "is a file" if parent == run_dir else f"is inside {parent}, which is a file"
-            raise ConfigError("--out", str(run_dir), f"{where}; give a folder")
-    if resume or not run_dir.is_dir() or not any(run_dir.iterdir()):
-        return
-    if not overwrite:
-        raise ConfigError(
-            "--out",
-            str(run_dir),
-            "already holds a run: continue it with --resume, pick a new folder, or replace "
-            "it with --overwrite",
-        )
-
-
-def make_run_dir(run_dir: Path, *, overwrite: bool) -> Path | None:
-    """Create ``run_dir`` (clearing it with ``overwrite``); the topmost folder this created."""
-    if overwrite and run_dir.is_dir():
-        shutil.rmtree(run_dir)
-    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return missing[-1] if missing else None
-
-
 def check_experiment(cfg: ExperimentConfig) -> str:
     """Validate ``cfg`` as a run would, without a run folder, Ray or training; a summary line.
 
@@ -134,25 +100,19 @@ def check_experiment(cfg: ExperimentConfig) -> str:
     )
 
 
-def run_experiment(
+def prepare_run(
     cfg: ExperimentConfig,
-    out_dir: str | Path | None = None,
+    out_dir: str | Path | None,
+    extra_sinks: list[Sink] | None,
+    simulation: Simulation | None = None,
     *,
-    progress: bool = True,
-    extra_sinks: list[Sink] | None = None,
-    report: bool = True,
-    resume: bool = False,
-    overwrite: bool = False,
-) -> RunResult:
-    """Everything that can fail on bad input fails before the run folder exists.
-
-    ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
-    the sinks close, so the W&B sink can upload them). ``resume``: continue the run in
-    ``out_dir`` (default ``runs/<name>``) from its newest checkpoint. ``overwrite``: replace
-    the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
-    ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
-    """
-    simulation = Simulation(cfg)
+    progress: bool,
+    resume: bool,
+    overwrite: bool,
+) -> tuple[Simulation, Path, Checkpoint | None, list[Sink]]:
+    """The simulation (built here unless given), the run folder (checked, not made), the
+    checkpoint to resume, the sinks."""
+    simulation = Simulation(cfg) if simulation is None else simulation
     check_runtime(cfg.runtime)
     if resume:
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
@@ -169,7 +129,42 @@ def run_experiment(
         sinks.append(WandbSink(cfg.tracking.wandb))
     if progress:
         sinks.append(ProgressSink(cfg.rounds, description=cfg.name))
-    executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data)
+    return simulation, run_dir, checkpoint, sinks
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    extra_sinks: list[Sink] | None = None,
+    report: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
+    simulation: Simulation | None = None,
+    pool: StartedPool | None = None,
+) -> RunResult:
+    """Everything that can fail on bad input fails before the run folder exists.
+
+    ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
+    the sinks close, so the W&B sink can upload them). ``resume``: continue the run in
+    ``out_dir`` (default ``runs/<name>``) from its newest checkpoint. ``overwrite``: replace
+    the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
+    ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
+    ``simulation`` (built from ``cfg``) and ``pool`` (Ray and the worker actors): started
+    ahead by ``fedsim.early_start``; the run owns the pool from then on.
+    """
+    try:
+        simulation, run_dir, checkpoint, sinks = prepare_run(
+            cfg, out_dir, extra_sinks, simulation, progress=progress, resume=resume,
+            overwrite=overwrite,
+        )  # fmt: skip
+        prepared_at = time.time()
+        executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data, pool=pool)
+    except BaseException:
+        if pool is not None:
+            pool.close()  # an executor closes it itself
+        raise
     started = False
     created: Path | None = None
     try:
@@ -183,6 +178,7 @@ def run_experiment(
         except KeyboardInterrupt:
             stopped = simulation.interrupted or Interruption(0, None)
             raise RunInterrupted(run_dir, stopped.rounds_done, stopped.checkpoint) from None
+        write_startup(run_dir, executor, driver_ready=prepared_at)
         write_algorithm_figures(
             run_dir, simulation.algorithm, result.state, result.client_store, cfg.to_dict()
         )

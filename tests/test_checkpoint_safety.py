@@ -25,6 +25,7 @@ from helpers import quickstart, untimed
 
 import fedsim.checkpoint
 import fedsim.experiment
+import fedsim.run_folder
 from fedsim.algorithms.base import Algorithm
 from fedsim.checkpoint import (
     Checkpoint,
@@ -191,8 +192,8 @@ class Payload:
 HOSTILE = {  # what the checkpoint calls -> the global it is refused for
     "os.system": (lambda m: Payload(os.system, f"touch {m}"), r"(posix|nt|os)\.system"),
     "a fedsim function of a run-driving module": (
-        lambda m: Payload(fedsim.experiment.make_run_dir, Path(m)),
-        r"fedsim\.experiment\.make_run_dir",
+        lambda m: Payload(fedsim.run_folder.make_run_dir, Path(m)),
+        r"fedsim\.run_folder\.make_run_dir",
     ),
     "a function of a trusted fedsim module": (
         lambda m: Payload(fedsim.checkpoint.save_checkpoint, m, None),

@@ -25,7 +25,8 @@ from fedsim.config import RuntimeConfig, load_config
 from fedsim.errors import ConfigError
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
-from fedsim.runtime.pool_plan import plan_pool, task_cost
+from fedsim.runtime.pool_plan import plan_pool
+from fedsim.runtime.task_cost import task_cost
 from fedsim.runtime.ray_executor import RayExecutor
 from fedsim.runtime.worker import (
     ClientTask,

@@ -23,6 +23,7 @@ draws without knowing the algorithm).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -148,9 +149,20 @@ class WeightedSum:
     value: torch.Tensor | None = None
 
     def add(self, weight: float, value: torch.Tensor) -> None:
-        term = value.detach().to(torch.float64) * weight
-        self.value = term if self.value is None else self.value.add_(term)
-        self.weight += float(weight)
+        """Add ``weight * value``: the same float64 numbers as ``value.double() * weight``,
+        computed in a reused scratch buffer (no per-client allocations)."""
+        value, weight = value.detach(), float(weight)
+        if self.value is None:
+            self.value = value.to(torch.float64, copy=True).mul_(weight)
+        elif value.dtype == torch.float32 and weight.is_integer() and abs(weight) < 2**29:
+            # x * w is exact in float64 (24-bit mantissa times a 29-bit integer), so one fused
+            # pass rounds the sum exactly as the two steps below do (sample-count weights)
+            self.value.add_(value, alpha=weight)
+        else:
+            term = _scratch(value)
+            term.copy_(value).mul_(weight)
+            self.value.add_(term)
+        self.weight += weight
 
     def merge(self, other: WeightedSum) -> None:
         if other.value is None:
@@ -161,6 +173,21 @@ class WeightedSum:
     def mean(self) -> torch.Tensor:
         """sum w x / sum w, as float32."""
         return (self.value / self.weight).to(torch.float32)
+
+
+_SCRATCH = threading.local()  # per thread: {device: flat float64 buffer}
+
+
+def _scratch(like: torch.Tensor) -> torch.Tensor:
+    """A float64 tensor shaped like ``like`` (contents undefined), reusing one buffer per
+    thread and device: allocating the float64 term anew for every client costs more than
+    the arithmetic (page faults on a fresh block)."""
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    flat = buffers.get(like.device)
+    if flat is None or flat.numel() < like.numel():
+        flat = torch.empty(like.numel(), dtype=torch.float64, device=like.device)
+        buffers[like.device] = flat
+    return flat[: like.numel()].view(like.shape)
 
 
 def merge_sums(parts: list[dict[str, WeightedSum]]) -> dict[str, WeightedSum]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,9 +14,19 @@ from fedsim.errors import ConfigError
 from fedsim.runtime.executor import Executor, LocalExecutor
 from fedsim.runtime.worker import WorkerSpec
 
+if TYPE_CHECKING:
+    from fedsim.runtime.pool_start import StartedPool
 
-def make_executor(runtime: RuntimeConfig, spec: WorkerSpec, data: FederatedData) -> Executor:
+
+def make_executor(
+    runtime: RuntimeConfig,
+    spec: WorkerSpec,
+    data: FederatedData,
+    pool: StartedPool | None = None,
+) -> Executor:
     """Build the configured executor; the Ray one imports Ray only when chosen.
+
+    ``pool``: Ray and the actors started ahead (``fedsim.runtime.pool_start``), for Ray.
 
     The local executor uses ``cpus_per_worker`` torch threads, as each Ray worker does:
     CPU kernels round differently with different thread counts, and the executors must
@@ -24,7 +35,7 @@ def make_executor(runtime: RuntimeConfig, spec: WorkerSpec, data: FederatedData)
     if runtime.executor == "ray":
         from fedsim.runtime.ray_executor import RayExecutor
 
-        return RayExecutor(runtime, spec, data)
+        return RayExecutor(runtime, spec, data, pool=pool)
     if spec.num_threads is None:
         spec = dataclasses.replace(spec, num_threads=max(1, int(runtime.cpus_per_worker)))
     return LocalExecutor(dataclasses.replace(spec, device=local_device(runtime.device)), data)

@@ -1,20 +1,15 @@
-"""The worker pool's size and resources, and how much work a task is (to balance workers).
+"""The worker pool's size and resources from the config and the cluster's totals.
 
-Pure functions of the config and the cluster's totals: no Ray import, unit-tested alone.
+Pure functions: no Ray or torch import (the pool is planned while the driver still imports
+torch), unit-tested alone. How much work a task is lives in ``task_cost``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from fedsim.config import RuntimeConfig
 from fedsim.errors import ConfigError
-from fedsim.runtime.worker import ClientTask, CurvatureTask, GradientTask, Task
-
-TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
-TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,25 +80,3 @@ def plan_pool(runtime: RuntimeConfig, cluster_cpus: float, cluster_gpus: float) 
             f"{workers} workers need {workers * gpus:g} GPUs, the cluster has {cluster_gpus:g}",
         )
     return PoolPlan(workers=workers, cpus_per_worker=cpus, gpus_per_worker=gpus)
-
-
-def task_cost(task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epochs: int) -> float:
-    """Relative compute of a task, in sample-forward units (used to balance workers)."""
-    cost = TASK_COST_FIXED
-    if isinstance(task, ClientTask):
-        if task.train:
-            cost += TRAIN_COST_PER_SAMPLE * epochs * float(train_sizes[task.client])
-        if task.evaluate:
-            cost += float(test_sizes[task.client])
-    elif isinstance(task, GradientTask) and task.stack is not None:
-        cost += TRAIN_COST_PER_SAMPLE * sum(len(samples) for _, samples in task.at)
-    elif isinstance(task, CurvatureTask):
-        n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
-        n = n if task.num_samples is None else min(n, task.num_samples)
-        cost += 2 * TRAIN_COST_PER_SAMPLE * task.iterations * n  # one HVP ~ two backprops
-    elif isinstance(task, GradientTask):
-        n = len(task.indices) if task.indices is not None else int(train_sizes[task.client])
-        if task.num_samples is not None:
-            n = min(n, task.num_samples)
-        cost += TRAIN_COST_PER_SAMPLE * n
-    return cost

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import os
 import time
 from typing import Any
 
@@ -25,11 +23,10 @@ from ray.exceptions import RayActorError
 from fedsim.config import RuntimeConfig
 from fedsim.data.federated import FederatedData
 from fedsim.runtime.executor import Executor
-from fedsim.runtime.pool_plan import plan_pool, task_cost
-from fedsim.runtime.ray_cluster import join_or_start_ray
-from fedsim.runtime.ray_worker import WorkerActor
+from fedsim.runtime.pool_start import StartedPool, kill_actor, start_pool
 from fedsim.runtime.scheduling import assign_balanced
 from fedsim.runtime.shipping import plugin_runtime_env
+from fedsim.runtime.task_cost import task_cost
 from fedsim.runtime.worker import (
     Task,
     WorkerResult,
@@ -52,18 +49,21 @@ class RayExecutor(Executor):
         spec: WorkerSpec,
         data: FederatedData,
         *,
+        pool: StartedPool | None = None,
         max_failures_per_round: int | None = None,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         replace_timeout_s: float = REPLACE_TIMEOUT_S,
     ):
-        self._owns_ray = False
+        """``pool``: Ray and actors started ahead (``start_pool``); this executor owns them
+        from now on. None: start them here."""
+        self._pool: StartedPool | None = pool
         self._actors: list[Any] = []
         self._data_ref: Any = None
         self.replace_timeout_s = replace_timeout_s
         try:
-            self._connect(runtime)
-            resources = ray.cluster_resources()
-            self.plan = plan_pool(runtime, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
+            if self._pool is None:
+                self._pool = start_pool(runtime)
+            self.plan = self._pool.plan
             self.num_workers = self.plan.workers
             self.max_failures_per_round = (
                 2 * self.num_workers if max_failures_per_round is None else max_failures_per_round
@@ -74,31 +74,22 @@ class RayExecutor(Executor):
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
             self._spec_ref = ray.put(self._spec)
             self.runtime_env = plugin_runtime_env(spec, data)
-            self._actor_class = ray.remote(WorkerActor).options(
-                num_cpus=self.plan.cpus_per_worker,
-                num_gpus=self.plan.gpus_per_worker,
-                max_restarts=0,
-                max_task_retries=0,
-                **({"runtime_env": self.runtime_env} if self.runtime_env else {}),
-            )
-            self._actors = [self._new_actor() for _ in range(self.num_workers)]
+            self._actor_class = self._pool.actor_class(self.runtime_env)
+            if self.runtime_env:  # started without the user's modules: start them again
+                for actor in self._pool.actors:
+                    kill_actor(actor)
+                self._pool.actors = [self._actor_class.remote() for _ in range(self.num_workers)]
+            self._actors, self._pool.actors = self._pool.actors, []
+            for actor in self._actors:
+                self._setup(actor)
             # Wait here: startup errors surface now, and startup is not timed as round 0.
             self.worker_info = self._wait_ready(startup_timeout_s)
+            self.timeline = {**self._pool.timeline, "actors_ready": time.time()}
         except BaseException:
             self.close()
             raise
 
     # --- lifecycle ---
-    def _connect(self, runtime: RuntimeConfig) -> None:
-        """Use a Ray this process already joined, else the configured cluster, else a local one."""
-        cpus = os.cpu_count() or 1
-        if runtime.workers is not None:
-            cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))
-        if join_or_start_ray(
-            runtime.address, num_cpus=cpus, connect_timeout_s=runtime.connect_timeout_s
-        ):
-            self._owns_ray = True
-
     def _wait_ready(self, timeout_s: float) -> list[dict[str, Any]]:
         """Each actor's ``ready()`` info; a clear error if they cannot all be placed in time."""
         refs = [a.ready.remote() for a in self._actors]
@@ -118,19 +109,24 @@ class RayExecutor(Executor):
                 raise RuntimeError(message + "; is another job holding the cluster?")
             log.warning(message)
 
+    def _setup(self, actor: Any) -> None:
+        """Give ``actor`` its spec and dataset (actor calls run in order: ``ready`` waits)."""
+        actor.setup.remote(self._spec_ref, self._data_ref, self.plan.gpus_per_worker)
+
     def _new_actor(self) -> Any:
-        return self._actor_class.remote(self._spec_ref, self._data_ref, self.plan.gpus_per_worker)
+        actor = self._actor_class.remote()
+        self._setup(actor)
+        return actor
 
     def close(self) -> None:
         """Kill the actors; shut down (or disconnect from) Ray if this executor started it."""
         actors, self._actors = self._actors, []
         for actor in actors:
             if actor is not None:
-                self._kill(actor)
+                kill_actor(actor)
         self._data_ref = None
-        if self._owns_ray:
-            self._owns_ray = False
-            ray.shutdown()
+        if self._pool is not None:
+            self._pool.close()  # actors not handed over yet; Ray, if the pool started it
 
     # --- rounds ---
     def run_round(
@@ -168,6 +164,11 @@ class RayExecutor(Executor):
                 results[share] = ray.get(done[0])
             except RayActorError as error:
                 round_.share_failed(share, slot, actor, error)
+        if "first_round_done" not in self.timeline:
+            firsts = [r.first_done_at for r in results if r.first_done_at]
+            if firsts:
+                self.timeline["first_client_done"] = min(firsts)
+            self.timeline["first_round_done"] = time.time()
         return results
 
     def _live_slots(self) -> list[int]:
@@ -181,12 +182,6 @@ class RayExecutor(Executor):
         if not live:
             raise RuntimeError("every Ray worker is gone (their nodes died or were removed)")
         return live[share % len(live)]
-
-    def _kill(self, actor: Any) -> None:
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - it is dead already
-            pass
 
     # --- test hook ---
     def crash_worker_on_round(self, worker: int, round_idx: int) -> None:
@@ -232,7 +227,7 @@ class _Round:
             share,
         )
         if executor._actors[slot] is actor:  # the first news of this death
-            executor._kill(actor)
+            kill_actor(actor)
             executor._actors[slot] = None
             candidate = executor._new_actor()
             deadline = time.monotonic() + executor.replace_timeout_s
@@ -264,7 +259,7 @@ class _Round:
 
     def give_up(self, slot: int) -> None:
         candidate, _, _, shares = self.waiting.pop(slot)
-        self.executor._kill(candidate)
+        kill_actor(candidate)
         log.warning(
             "round %d: no room to restart worker %d within %g s; its shares %s run on the "
             "surviving workers, now and in later rounds",

@@ -7,6 +7,7 @@ changes results. The worker knows the algorithm only through its seam (``client_
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,13 @@ from fedsim.runtime.training import EvalResult, evaluate_client, gradient_client
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.hooks import ClientTerms
 from lightning_modules.registry import build_model
+
+
+def all_finite(values: torch.Tensor) -> bool:
+    """Whether every entry is finite: one float64 sum (a float32 tensor's float64 sum cannot
+    overflow, and any inf or nan makes it non-finite), ~8x cheaper than ``isfinite().all()``,
+    which allocates a mask per call."""
+    return math.isfinite(float(values.detach().sum(dtype=torch.float64)))
 
 
 def client_seed(seed: int, round_idx: int, client: int) -> int:
@@ -88,6 +96,7 @@ class WorkerResult:
     train_seconds: float = 0.0
     compute_seconds: float = 0.0  # training + evaluation + gradients: the model's own work
     busy_seconds: float = 0.0
+    first_done_at: float = 0.0  # time.time() when its first task was done (start-up timeline)
 
 
 class ClientWorker:
@@ -115,6 +124,8 @@ class ClientWorker:
                 result.clients.append(client_result)
                 result.train_seconds += client_result.train_seconds
                 result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
+                if not result.first_done_at and client_result.train_loss is not None:
+                    result.first_done_at = time.time()
                 continue
             began = time.perf_counter()
             if isinstance(task, CurvatureTask):
@@ -191,15 +202,16 @@ class ClientWorker:
         )
         plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         out = ClientResult(client=client)
+        eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
         if task.evaluate:
             began = time.perf_counter()
-            eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
             out.evaluation = self._evaluate(eval_params, split.test)
             out.eval_seconds = time.perf_counter() - began
         if not task.train:
             return out
         began = time.perf_counter()
-        self.flat.copy_(plan.train_params)
+        if not (task.evaluate and eval_params is plan.train_params):
+            self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
         seed = client_seed(self.spec.seed, round_idx, client)
         torch.manual_seed(seed)
         flipped = task.upload is not None and task.upload.flips_labels
@@ -216,7 +228,7 @@ class ClientWorker:
         )
         out.train_loss = trained.mean_loss
         out.train_seconds = time.perf_counter() - began
-        if not trained.finite or not bool(torch.isfinite(self.flat).all()):
+        if not trained.finite or not all_finite(self.flat):
             out.failed = True  # left out of the aggregate; its state stays as before
             return out
         uploaded = self._trained_params()
@@ -300,6 +312,6 @@ class WorkerProbe:
         if frozen_set:  # float buffers (BatchNorm statistics) of the frozen part too
             mask = worker.layout.mask(sorted(frozen_set & set(worker.layout.by_name)))
             trained[mask] = params.detach().to("cpu", torch.float32)[mask]
-        if not result.finite or not bool(torch.isfinite(trained).all()):
+        if not result.finite or not all_finite(trained):
             return trained, float("nan")
         return trained, result.mean_loss

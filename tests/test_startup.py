@@ -1,0 +1,89 @@
+"""A Ray run's start: Ray comes up while the driver imports and checks; startup.json says when."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim.config import load_config
+from fedsim.early_start import start_early
+from fedsim.startup_timeline import startup_seconds
+
+QUICKSTART = Path(__file__).parents[1] / "configs" / "quickstart.yaml"
+QUICK = [str(QUICKSTART), "rounds=1", "data.num_clients=4", "--no-progress"]
+STEPS = [
+    "ray_start_began_s",
+    "ray_started_s",
+    "actors_created_s",
+    "actors_ready_s",
+    "first_client_done_s",
+    "first_round_done_s",
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "resume"),
+    [
+        (["runtime.executor=local"], False),
+        (["runtime.executor=ray"], True),
+        (["runtime.executor=ray", "runtime.device=cuda"], False),
+        (["runtime.executor=ray", "runtime.gpus_per_worker=1"], False),
+    ],
+)
+def test_runs_that_start_their_own_pool_start_nothing_early(overrides, resume):
+    cfg = load_config(None, overrides)
+    assert start_early(cfg, resume=resume) is None
+
+
+def test_startup_seconds_are_since_the_process_start_in_time_order():
+    start = 1000.0
+    timeline = {"actors_ready": 1009.5, "ray_started": 1004.0, "driver_ready": 1003.25}
+    assert list(startup_seconds(timeline, start).items()) == [
+        ("driver_ready_s", 3.25),
+        ("ray_started_s", 4.0),
+        ("actors_ready_s", 9.5),
+    ]
+
+
+def cpus_free_after(ray, seconds: float = 10.0) -> float:
+    """Free CPUs once killed actors have given theirs back (Ray frees them asynchronously)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < 2:
+        time.sleep(0.2)
+    return ray.available_resources().get("CPU", 0)
+
+
+def test_a_ray_run_writes_its_startup_timeline(ray_cluster, tmp_path):
+    from fedsim.cli import main
+
+    out = tmp_path / "run"
+    code = main(["run", *QUICK, "runtime.executor=ray", "runtime.workers=1", "--out", str(out)])
+    assert code == 0
+    startup = json.loads((out / "startup.json").read_text())
+    assert [k for k in startup if k in STEPS] == STEPS  # every step, in this order
+    assert "driver_ready_s" in startup
+    assert all(value > 0 for value in startup.values())
+    assert cpus_free_after(ray_cluster) == 2  # the pool's actor is gone
+
+
+def test_bad_data_on_ray_is_one_line_and_starts_no_worker(ray_cluster, tmp_path, capsys):
+    from helpers import one_line_error
+
+    line = one_line_error(
+        [
+            "run",
+            *QUICK,
+            "runtime.executor=ray",
+            "data.num_clients=200",
+            "data.partition.name=dirichlet",
+            "data.partition.alpha=0.001",
+        ],
+        capsys,
+        tmp_path,
+    )
+    assert line.startswith("fedsim: error: data.partition.alpha=0.001")
+    assert ray_cluster.is_initialized()  # the shared cluster was joined, not shut down
+    assert cpus_free_after(ray_cluster) == 2
