@@ -45,7 +45,7 @@ def start_early(cfg: ExperimentConfig, *, resume: bool = False) -> EarlyStart | 
         or (runtime.gpus_per_worker or 0) > 0
     ):
         return None
-    from fedsim.runtime.pool_start import create_pool, start_ray  # imports Ray here, first
+    from fedsim.runtime.pool_start import create_pool, start_ray, stop_ray  # Ray, first
 
     built: dict[str, Any] = {}
     builder = threading.Thread(target=_build, args=(cfg, built), name="fedsim-build", daemon=True)
@@ -57,9 +57,7 @@ def start_early(cfg: ExperimentConfig, *, resume: bool = False) -> EarlyStart | 
         builder.join()
     if "error" in built:
         if owns_ray:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
         raise built["error"]
     return EarlyStart(built["simulation"], create_pool(runtime, owns_ray, began))
 

@@ -71,9 +71,20 @@ class FLModule(pl.LightningModule):
             terms.correct_gradients(self.param_dict())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(
-            self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
-        )
+        """SGD over every parameter. A worker trains client after client on this module, so
+        the optimizer is built once and handed out again with its state (momentum buffers)
+        cleared: the same steps as a new one, without ~0.2 ms of construction per client."""
+        hyper = (self.lr, self.momentum, self.weight_decay)
+        cached = self.__dict__.get("_fedsim_sgd")
+        if cached is None or cached[0] != hyper:
+            lr, momentum, weight_decay = hyper
+            optimizer = torch.optim.SGD(
+                self.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
+            )
+            cached = self.__dict__["_fedsim_sgd"] = (hyper, optimizer)
+        optimizer = cached[1]
+        optimizer.state.clear()
+        return optimizer
 
     # --- evaluation under a plain Trainer ---
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int = 0):

@@ -15,7 +15,7 @@ import torch
 
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.runtime.curvature import hessian_top_eigenvalue
-from fedsim.runtime.training import gradient_client
+from fedsim.runtime.training import gradient_client, seed_torch
 
 if TYPE_CHECKING:
     from fedsim.runtime.worker import ClientWorker
@@ -49,7 +49,7 @@ def stacked_gradients(
     for i, (row, samples) in enumerate(task.at):
         samples = np.asarray(samples, dtype=np.int64)
         worker.flat.copy_(stack[row])
-        torch.manual_seed(task_seed(worker.spec.seed, round_idx, task.client, 4, row))
+        seed_torch(task_seed(worker.spec.seed, round_idx, task.client, 4, row), worker.device)
         losses.append(
             gradient_client(
                 worker.module,

@@ -80,6 +80,11 @@ def start_ray(runtime: RuntimeConfig) -> bool:
     )
 
 
+def stop_ray() -> None:
+    """Shut down the Ray this process started (``start_ray`` returned True)."""
+    ray.shutdown()
+
+
 def create_pool(runtime: RuntimeConfig, owns_ray: bool, began: float) -> StartedPool:
     """Plan the pool on the joined cluster and create its actors (they start importing now).
 

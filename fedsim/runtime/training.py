@@ -19,6 +19,15 @@ from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
 
+def seed_torch(seed: int, device: torch.device) -> None:
+    """``torch.manual_seed`` for this worker's device. On the CPU only the CPU generator is
+    seeded: the same state, without the ~0.15 ms ``manual_seed`` spends on other backends."""
+    if device.type == "cpu":
+        torch.random.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
 def prepare_batch(
     batch: tuple[torch.Tensor, torch.Tensor], device: torch.device | None
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,17 +26,24 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.runtime.gradient_work import curvature, stacked_gradients
-from fedsim.runtime.training import EvalResult, evaluate_client, gradient_client, train_client
+from fedsim.runtime.training import (
+    EvalResult,
+    evaluate_client,
+    gradient_client,
+    seed_torch,
+    train_client,
+)
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.hooks import ClientTerms
 from lightning_modules.registry import build_model
 
 
 def all_finite(values: torch.Tensor) -> bool:
-    """Whether every entry is finite: one float64 sum (a float32 tensor's float64 sum cannot
-    overflow, and any inf or nan makes it non-finite), ~8x cheaper than ``isfinite().all()``,
-    which allocates a mask per call."""
-    return math.isfinite(float(values.detach().sum(dtype=torch.float64)))
+    """Whether every entry is finite. Any inf or nan makes a sum inf or nan, so a finite sum
+    proves it in one cheap pass (no mask allocated, ~10x faster than ``isfinite().all()``);
+    only a non-finite sum, which may be an overflow of finite values, is checked entry-wise."""
+    values = values.detach()
+    return math.isfinite(float(values.sum())) or bool(torch.isfinite(values).all())
 
 
 def client_seed(seed: int, round_idx: int, client: int) -> int:
@@ -153,7 +160,7 @@ class ClientWorker:
         if task.num_samples is not None and task.num_samples < len(samples):
             rng = np.random.default_rng([self.spec.seed, round_idx, task.client, 1, task.key])
             samples = np.sort(rng.choice(samples, size=task.num_samples, replace=False))
-        torch.manual_seed(client_seed(self.spec.seed, round_idx, task.client))
+        seed_torch(client_seed(self.spec.seed, round_idx, task.client), self.device)
         grad = torch.zeros_like(self.flat)
         loss = gradient_client(
             self.module,
@@ -213,7 +220,7 @@ class ClientWorker:
         if not (task.evaluate and eval_params is plan.train_params):
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
         seed = client_seed(self.spec.seed, round_idx, client)
-        torch.manual_seed(seed)
+        seed_torch(seed, self.device)
         flipped = task.upload is not None and task.upload.flips_labels
         trained = train_client(
             self.module,
@@ -290,7 +297,7 @@ class WorkerProbe:
                 [worker.spec.seed, self.round_idx, self.client, 2, key]
             ).generate_state(1)[0]
         )
-        torch.manual_seed(seed)
+        seed_torch(seed, worker.device)
         for p in held:
             p.requires_grad_(False)  # no gradient is computed for the frozen part
         try:
