@@ -20,6 +20,7 @@ from fedsim.checks import checked, field_check
 from fedsim.config_yaml import apply_overrides, read_yaml_mapping
 from fedsim.deployment.settings import (
     AggregationConfig,
+    AsyncConfig,
     AttackConfig,
     CompressionConfig,
     PrivacyConfig,
@@ -232,6 +233,7 @@ class ExperimentConfig:
     attack: AttackConfig = field(default_factory=AttackConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
+    asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (the resolved config.yaml); algorithm params inlined."""

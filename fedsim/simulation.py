@@ -27,6 +27,7 @@ from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
+from fedsim.deployment.async_rounds import run_async, timing
 from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.errors import ClientFailureError
 from fedsim.interrupts import Interruption, deferred_interrupt
@@ -121,6 +122,8 @@ class Simulation:
         )
         cohort_size = max(1, int(cfg.join_ratio * self.data.num_clients))
         self.deployment = Deployment(cfg, self.algorithm, self.data.num_clients, cohort_size)
+        # the virtual clock (asynchronous.*): async rounds, or a sync run's sim_time; else None
+        self.timing = timing(cfg, self.algorithm, self.data, cohort_size, self.sample_cohort)
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
@@ -153,6 +156,8 @@ class Simulation:
         ``resume``, the run continues from that checkpoint (its rounds replayed to the sinks).
         """
         cfg, sinks = self.cfg, sinks or []
+        if cfg.asynchronous.enabled:  # rounds are server aggregations in virtual time
+            return run_async(self, executor, sinks, run_dir=run_dir, resume=resume)
         state = self.algorithm.init_state(self.initial_params)
         budget_gb = cfg.runtime.state_memory_gb
         store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
@@ -238,6 +243,8 @@ class Simulation:
                             }
                             state = self.algorithm.aggregate(state, sums, individual, round_idx)
                     summary = round_summary(results, worker_results, failed, began)
+                    if self.timing is not None:  # asynchronous.speeds set: the virtual time
+                        summary["sim_time"] = self.timing.time_at(round_idx)
                     if failed:
                         summary["warnings"] = [failure_warning(failed, cohort, diverged)]
                     if training:

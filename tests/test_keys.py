@@ -30,6 +30,7 @@ SECTIONS = (
     "algorithm",
     "aggregation",
     "attack",
+    "asynchronous",
     "privacy",
     "compression",
 )

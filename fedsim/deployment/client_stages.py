@@ -50,6 +50,10 @@ class ClientUpload:
     residual: torch.Tensor | None = None
     individual: bool = False
     need_delta: bool = False
+    # asynchronous rounds: the upload is rebuilt on this server model (the newest, not the
+    # stale one the client trained from) with its delta times ``delta_scale`` (the discount)
+    rebase: torch.Tensor | None = None
+    delta_scale: float = 1.0
 
     @property
     def flips_labels(self) -> bool:
@@ -62,6 +66,7 @@ class ClientUpload:
         corrupts = self.attacking and s.attack_kind not in ("none", "label_flip")
         return (
             corrupts
+            or self.rebase is not None
             or self.clip_norm is not None
             or s.compression != "none"
             or s.local_noise != "none"
@@ -142,7 +147,10 @@ def run_client_stages(
             index = torch.from_numpy(sparse.indices.astype("int64"))
             delta[index] += gaussian_noise(len(index), std, seed)
     out = trained.clone()
-    scatter(out, ranges, base + delta)
+    if job.rebase is None:
+        scatter(out, ranges, base + delta)
+    else:  # asynchronous: the newest server model + the discounted delta
+        scatter(out, ranges, gather(job.rebase.float(), ranges) + job.delta_scale * delta)
     return out, _with_delta(report, job, delta, ranges, trained)
 
 

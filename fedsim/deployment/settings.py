@@ -1,5 +1,6 @@
 """Config sections of the deployment options: ``aggregation``, ``attack``, ``privacy``,
-``compression`` (the ExperimentConfig holds one of each; docs/deployment.md explains them).
+``compression``, ``asynchronous`` (the ExperimentConfig holds one of each;
+docs/deployment.md explains them).
 
 Each range is declared on its field with ``checked``; rules that need more than one key or
 the federation's size are in ``fedsim/deployment/checks.py``.
@@ -10,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedsim.checks import checked
+from fedsim.deployment.staleness import SPEED_SPECS, STALE_POLICIES, parse_speeds
 
 RULES = ("mean", "median", "trimmed_mean", "krum", "multikrum", "bulyan")
 ATTACKS = ("none", "label_flip", "sign_flip", "scale", "gaussian")
 PRIVACY_MODES = ("none", "local", "central", "fixed_sigma")
 COMPRESSIONS = ("none", "threshold", "topk")
+STALENESS_DISCOUNTS = ("constant", "polynomial")
 
 
 @dataclass
@@ -106,3 +109,49 @@ class CompressionConfig:
         0.01, lambda v: 0 < v <= 1, "must be in (0, 1]"
     )
     error_feedback: bool = False  # add what was not sent to the client's next update
+
+
+def _speeds_ok(spec: str | None) -> bool:
+    try:
+        return spec is None or bool(parse_speeds(spec))
+    except ValueError:
+        return False
+
+
+@dataclass
+class AsyncConfig:
+    """``asynchronous``: clients train at their own simulated speed and the server aggregates
+    every ``buffer_size`` arrivals (FedBuff; 1: FedAsync), in virtual time.
+
+    Named ``asynchronous``, not ``async``: ``async`` is a reserved word in Python.
+    """
+
+    enabled: bool = False  # asynchronous rounds in virtual time (one round = one aggregation)
+    buffer_size: int | None = checked(  # K: updates per aggregation (1: FedAsync); null: C / 2
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: half the concurrency)"
+    )
+    concurrency: int | None = checked(  # C: clients training at once; null: the clients per round
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: join_ratio * clients)"
+    )
+    # an update whose client took longer than this (virtual time) is stale; null: 2 tau, tau
+    # the median client round time
+    max_staleness: float | None = checked(
+        None, lambda v: v is None or v > 0, "must be > 0 (or null: 2 x the median round time)"
+    )
+    stale: str = checked(  # discount (use a stale update, down-weighted) | drop (discard it)
+        "discount", lambda v: v in STALE_POLICIES, f"allowed: {', '.join(STALE_POLICIES)}"
+    )
+    staleness_discount: str = checked(  # d(s) of staleness s: constant 1 | polynomial (1+s)^-a
+        "polynomial",
+        lambda v: v in STALENESS_DISCOUNTS,
+        f"allowed: {', '.join(STALENESS_DISCOUNTS)}",
+    )
+    staleness_exponent: float = checked(  # a of the polynomial discount (FedBuff: 0.5)
+        0.5, lambda v: v >= 0, "must be >= 0"
+    )
+    # clients' speeds (virtual time per sample trained); null: all equal. Set in a
+    # synchronous run, it logs that run's sim_time too
+    speeds: str | None = checked(None, _speeds_ok, f"allowed: null or {SPEED_SPECS}")
+    dropout: float = checked(  # chance that a dispatched client never reports back
+        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)"
+    )

@@ -62,8 +62,14 @@ def staleness_weights(
     b: float | None = None,
     max_staleness: float | None = None,
     policy: str = "discount",
+    stale: Sequence[bool] | np.ndarray | None = None,
 ) -> np.ndarray:
-    """d(s) per update with ``max_staleness`` applied by ``policy`` (0 = dropped)."""
+    """d(s) per update with ``max_staleness`` applied by ``policy`` (0 = dropped).
+
+    ``stale`` (one flag per update) says which updates are stale when staleness is not
+    measured in the unit of ``max_staleness`` (asynchronous runs: s in server versions, the
+    stale rule on the client's delay in virtual time); it replaces ``s > max_staleness``.
+    """
     if policy not in STALE_POLICIES:
         raise ValueError(f"stale update policy {policy!r}: allowed: {', '.join(STALE_POLICIES)}")
     if max_staleness is not None and not max_staleness >= 0:
@@ -73,9 +79,15 @@ def staleness_weights(
             raise ValueError("hinge staleness needs b or max_staleness")
         b = max_staleness if kind == "hinge" else 0.0
     weights = discount(staleness, kind, a, b)
-    if policy == "drop" and max_staleness is not None:
-        weights = np.where(np.asarray(staleness, dtype=np.float64) > max_staleness, 0.0, weights)
-    return weights
+    if stale is not None:
+        flags = np.asarray(stale, dtype=bool)
+        if flags.shape != weights.shape:
+            raise ValueError("stale: one flag per update")
+    elif max_staleness is not None:
+        flags = np.asarray(staleness, dtype=np.float64) > max_staleness
+    else:
+        return weights
+    return np.where(flags, 0.0, weights) if policy == "drop" else weights
 
 
 def fedasync_alpha(alpha: float, staleness: float, **weight_options: object) -> float:

@@ -6,7 +6,9 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``accuracy_curves.png``: sample-weighted, unweighted mean (+- std) and worst-10% accuracy;
 - ``client_accuracy_distribution.png``: per-round spread of client accuracies (percentiles);
 - ``client_accuracy_vs_classes.png``: final per-client accuracy vs classes the client holds;
-- ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples.
+- ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples;
+- ``accuracy_vs_sim_time.png`` (runs that log ``sim_time``: asynchronous rounds, or
+  ``asynchronous.speeds`` set): accuracy against simulated time.
 
 An algorithm's own figures (cwFedAvg's ``row_norms.png``...), drawn at the end of a run from
 its final state and redrawn by ``fedsim report`` from a final checkpoint, are the other PNGs
@@ -31,6 +33,7 @@ CLIENT_DISTRIBUTION = "client_accuracy_distribution.png"
 VS_CLASSES = "client_accuracy_vs_classes.png"
 VS_SAMPLES = "client_accuracy_vs_samples.png"
 REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES)
+VS_SIM_TIME = "accuracy_vs_sim_time.png"  # only for runs that log sim_time
 
 
 @dataclass
@@ -146,6 +149,24 @@ def plot_accuracy_curves(run: RunData, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
+    """Weighted and worst-10% accuracy of each evaluated round against its ``sim_time``: the
+    virtual time at which the server held the model that round evaluates."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for key, label in (("acc_weighted", "weighted"), ("acc_worst10", "worst 10%")):
+        rows = [m for m in run.metrics if key in m and "sim_time" in m]
+        x = [m["sim_time"] for m in rows]
+        ax.plot(x, [m[key] for m in rows], marker="o" if len(x) <= 30 else None, ms=3, label=label)
+    ax.set_xlabel("simulated time (virtual units: samples trained at speed 1)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{run.label}: accuracy vs simulated time", fontsize=10)
+    return _save(fig, path)
+
+
 def plot_client_distribution(run: RunData, path: Path) -> Path:
     """Percentile bands (min-max, 10-90, 25-75) and median of client accuracies per round."""
     plt = _pyplot()
@@ -220,5 +241,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
         plot_final_vs(run, plots / VS_CLASSES, "classes"),
         plot_final_vs(run, plots / VS_SAMPLES, "samples"),
     ]
-    written += sorted(p for p in plots.glob("*.png") if p.name not in REPORT_PLOTS)
+    if any("sim_time" in m for m in run.metrics):
+        written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
+    written += sorted(p for p in plots.glob("*.png") if p.name not in (*REPORT_PLOTS, VS_SIM_TIME))
     return written

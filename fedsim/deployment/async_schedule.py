@@ -1,0 +1,165 @@
+"""When clients of an asynchronous run leave and arrive, in virtual time (pure, no torch).
+
+A client's round takes ``work x slowdown`` units of virtual time (work: the samples it trains
+on, times the local epochs; slowdown: drawn from ``asynchronous.speeds``). The schedule does
+not depend on what clients compute, so it is fixed by the seed before any training runs:
+
+- ``concurrency`` C clients train at once. A free slot is filled at once with a client drawn
+  uniformly (seeded by the dispatch number) from those neither training nor waiting in the
+  buffer; it receives the server's current model version.
+- Arrivals are taken in time order (ties: lower client id first). An arrival joins the
+  buffer; the ``buffer_size``-th (K) arrival triggers an aggregation, which makes the next
+  model version and frees the K clients. A client therefore trains at most once per version
+  (never twice on the same model).
+- A client that drops out (``asynchronous.dropout``, one seeded draw per dispatch) is noticed
+  at the time it would have arrived; its slot is refilled and it sends nothing.
+
+``SyncTimeline`` gives a synchronous run the same time axis: a round lasts as long as the
+slowest client sampled for it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedsim.deployment.staleness import VirtualClock
+
+_DISPATCH_STREAM = 0xA5C  # seeds who fills a free slot, apart from other uses of the seed
+
+
+@dataclass(frozen=True)
+class Flight:
+    """One dispatch: a client training from model ``version`` from ``dispatched`` on."""
+
+    client: int
+    version: int
+    dispatched: float
+    arrives: float  # when its update reaches the server (or its dropout is noticed)
+    step: int  # the dispatch's number (seeds its dropout draw)
+    dropped_out: bool = False
+
+    @property
+    def delay(self) -> float:
+        """How long the client was away: its round trip in virtual time."""
+        return self.arrives - self.dispatched
+
+
+@dataclass
+class Aggregation:
+    """The server's ``index``-th aggregation (it makes version ``index + 1``)."""
+
+    index: int
+    time: float  # the virtual time of the K-th arrival
+    updates: list[Flight]  # the buffer, in arrival order
+    dropouts: list[Flight] = field(default_factory=list)  # noticed since the previous one
+
+    def staleness(self) -> np.ndarray:
+        """s per update: the server versions made since the model it trained from."""
+        return np.array([self.index - u.version for u in self.updates], dtype=np.float64)
+
+    def delays(self) -> np.ndarray:
+        return np.array([u.delay for u in self.updates], dtype=np.float64)
+
+
+class AsyncSchedule:
+    """The event order of an asynchronous run: call ``next_aggregation`` once per round."""
+
+    def __init__(
+        self,
+        clock: VirtualClock,
+        durations: Sequence[float] | np.ndarray,
+        concurrency: int,
+        buffer_size: int,
+        seed: int,
+    ):
+        self.clock = clock
+        self.durations = np.asarray(durations, dtype=np.float64)
+        self.num_clients = len(self.durations)
+        if not 1 <= buffer_size <= self.num_clients:
+            raise ValueError(f"buffer_size={buffer_size}: must be in 1..{self.num_clients}")
+        self.concurrency = min(concurrency, self.num_clients)
+        self.buffer_size = buffer_size
+        self.seed = seed
+        self.time = 0.0  # of the newest model version
+        self.version = 0
+        self.step = 0
+        self.in_flight: list[tuple[float, int, int, Flight]] = []  # heap by (arrival, client)
+        self.buffer: list[Flight] = []
+        self._fill()
+
+    def busy(self) -> set[int]:
+        """Clients training or waiting in the buffer (not available for a dispatch)."""
+        return {f.client for *_, f in self.in_flight} | {f.client for f in self.buffer}
+
+    def pending_versions(self) -> set[int]:
+        """Model versions some dispatched client still trains from or waits with."""
+        return {f.version for *_, f in self.in_flight} | {f.version for f in self.buffer}
+
+    def _fill(self, now: float | None = None) -> None:
+        now = self.time if now is None else now
+        while len(self.in_flight) < self.concurrency:
+            busy = self.busy()
+            idle = [c for c in range(self.num_clients) if c not in busy]
+            if not idle:
+                return
+            rng = np.random.default_rng([self.seed, _DISPATCH_STREAM, self.step])
+            client = idle[int(rng.integers(len(idle)))]
+            dropped = bool(self.clock.dropped([client], self.step)[0])
+            arrives = now + float(self.durations[client])
+            flight = Flight(client, self.version, now, arrives, self.step, dropped)
+            heapq.heappush(self.in_flight, (arrives, client, self.step, flight))
+            self.step += 1
+
+    def next_aggregation(self) -> Aggregation:
+        """Advance to the next aggregation: take arrivals until the buffer holds K."""
+        dropouts: list[Flight] = []
+        while True:
+            if not self.in_flight:  # cannot happen with K <= clients; kept as a guard
+                raise RuntimeError("asynchronous schedule: no client in flight")
+            arrives, _, _, flight = heapq.heappop(self.in_flight)
+            if flight.dropped_out:
+                dropouts.append(flight)
+                self._fill(arrives)
+                continue
+            self.buffer.append(flight)
+            if len(self.buffer) < self.buffer_size:
+                self._fill(arrives)
+                continue
+            done = Aggregation(self.version, arrives, self.buffer, dropouts)
+            self.buffer = []
+            self.version += 1
+            self.time = arrives
+            self._fill()
+            return done
+
+
+def client_work(train_sizes: Sequence[int] | np.ndarray, epochs: int) -> np.ndarray:
+    """Work units of one client round: samples trained on (train split x local epochs)."""
+    return np.asarray(train_sizes, dtype=np.float64) * epochs
+
+
+class SyncTimeline:
+    """Virtual time of a synchronous run: round r starts when the slowest client of every
+    earlier round has finished (``sample_cohort(r)`` gives the clients of round r)."""
+
+    def __init__(
+        self, durations: Sequence[float] | np.ndarray, sample_cohort: Callable[[int], list[int]]
+    ):
+        self.durations = np.asarray(durations, dtype=np.float64)
+        self.sample_cohort = sample_cohort
+        self._starts = [0.0]
+
+    def round_duration(self, round_idx: int) -> float:
+        cohort = self.sample_cohort(round_idx)
+        return float(self.durations[cohort].max()) if cohort else 0.0
+
+    def time_at(self, round_idx: int) -> float:
+        """When round ``round_idx`` starts: the time its model (the one it evaluates) exists."""
+        while len(self._starts) <= round_idx:
+            r = len(self._starts) - 1
+            self._starts.append(self._starts[-1] + self.round_duration(r))
+        return self._starts[round_idx]
