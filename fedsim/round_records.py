@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.errors import ClientFailureError
 from fedsim.metrics import summarize_clients
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.tracking.base import ClientRow, RoundRecord
@@ -39,6 +40,18 @@ def failure_warning(failed: list[int], cohort: set[int], diverged: bool) -> str:
     if cohort and len(failed) == len(cohort):
         return f"{text}: no client finished, the model did not change this round"
     return f"{text} and were left out of the aggregate"
+
+
+def divergence_error(
+    round_idx: int, failed: list[int], of: str, max_failed_fraction: float, done: int
+) -> ClientFailureError:
+    """The one-line error of a run stopped because too many of ``of`` (e.g. "10 clients")
+    had non-finite losses in round ``round_idx``, after ``done`` completed rounds."""
+    return ClientFailureError(
+        f"round {round_idx}: {len(failed)} of {of} had non-finite losses (clients "
+        f"{failed[:10]}); allowed fraction max_failed_fraction={max_failed_fraction}; lower "
+        f"client.lr? (summary.json: status diverged after {done} rounds)"
+    )
 
 
 def round_summary(

@@ -29,10 +29,14 @@ from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
 from fedsim.deployment.async_rounds import run_async, timing
 from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.errors import ClientFailureError
 from fedsim.interrupts import Interruption, deferred_interrupt
 from fedsim.metrics import best_and_final
-from fedsim.round_records import failure_warning, round_record, round_summary
+from fedsim.round_records import (
+    divergence_error,
+    failure_warning,
+    round_record,
+    round_summary,
+)
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.worker import ClientTask, WorkerSpec
 from fedsim.storage import ClientStateStore
@@ -262,12 +266,10 @@ class Simulation:
                         sink.log_round(record)
                     if diverged:
                         self._finish(sinks, history, "diverged", done)
-                        raise ClientFailureError(
-                            f"round {round_idx}: {len(failed)} of {len(cohort)} clients had "
-                            f"non-finite losses (clients {failed[:10]}); allowed fraction "
-                            f"max_failed_fraction={cfg.max_failed_fraction}; lower client.lr? "
-                            f"(summary.json: status diverged after {done} rounds)"
-                        )
+                        raise divergence_error(
+                            round_idx, failed, f"{len(cohort)} clients", cfg.max_failed_fraction,
+                            done,
+                        )  # fmt: skip
                     done = round_idx + 1
                     if checkpointing:
                         records.append(record)

@@ -202,3 +202,15 @@ def one_line_error(argv: list[str], capsys: Any, cwd: Path) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, err
     return lines[0]
+
+
+def refused_check(overrides: str, capsys: Any, tmp_path: Path) -> str:
+    """The one-line error of ``fedsim run --check`` on 400 samples over 10 IID clients with
+    ``overrides`` (space-separated key=value); asserts exit 2 and no folder."""
+    config, work = tmp_path / "config.yaml", tmp_path / "work"
+    config.write_text("rounds: 1\n")
+    work.mkdir()
+    argv = ["run", str(config), "--check", "--no-progress", "runtime.executor=local",
+            "data.max_samples=400", "data.num_clients=10", "data.partition.name=iid",
+            *overrides.split()]  # fmt: skip
+    return one_line_error(argv, capsys, work)

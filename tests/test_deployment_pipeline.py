@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import one_line_error, untimed
+from helpers import refused_check, untimed
 
 from fedsim.algorithms.base import ModelUpload
 from fedsim.config import load_config
@@ -214,10 +214,4 @@ BAD = [
 def test_bad_deployment_options_are_one_line_exit_2_and_no_run_folder(
     overrides, needle, capsys, tmp_path
 ):
-    config, work = tmp_path / "config.yaml", tmp_path / "work"
-    config.write_text("rounds: 1\n")
-    work.mkdir()
-    argv = ["run", str(config), "--check", "--no-progress", "runtime.executor=local",
-            "data.max_samples=400", "data.num_clients=10", "data.partition.name=iid",
-            *overrides.split()]  # fmt: skip
-    assert needle in one_line_error(argv, capsys, work)
+    assert needle in refused_check(overrides, capsys, tmp_path)

@@ -26,8 +26,8 @@ from fedsim.errors import ConfigError
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.pool_plan import plan_pool
-from fedsim.runtime.task_cost import task_cost
 from fedsim.runtime.ray_executor import RayExecutor
+from fedsim.runtime.task_cost import task_cost
 from fedsim.runtime.worker import (
     ClientTask,
     ClientWorker,

@@ -47,9 +47,9 @@ from fedsim.deployment.async_schedule import (
 from fedsim.deployment.checks import _check_rule
 from fedsim.deployment.client_stages import ClientUpload
 from fedsim.deployment.staleness import VirtualClock, default_max_staleness, staleness_weights
-from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption, deferred_interrupt
-from fedsim.round_records import failure_warning, round_record, round_summary
+from fedsim.round_records import divergence_error, failure_warning, round_record, round_summary
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult
 from fedsim.storage import ClientStateStore
@@ -325,12 +325,10 @@ def run_async(
                     sink.log_round(record)
                 if diverged:
                     sim._finish(sinks, history, "diverged", done)
-                    raise ClientFailureError(
-                        f"round {round_idx}: {len(failed)} of {len(trained)} buffered clients had "
-                        f"non-finite losses (clients {failed[:10]}); allowed fraction "
-                        f"max_failed_fraction={cfg.max_failed_fraction}; lower client.lr? "
-                        f"(summary.json: status diverged after {done} rounds)"
-                    )
+                    raise divergence_error(
+                        round_idx, failed, f"{len(trained)} buffered clients",
+                        cfg.max_failed_fraction, done,
+                    )  # fmt: skip
                 done = round_idx + 1
     except KeyboardInterrupt:
         sim.interrupted = Interruption(done, None)

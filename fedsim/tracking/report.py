@@ -125,6 +125,19 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _save_accuracy_axes(
+    fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str
+) -> Path:
+    """Labels, a 0-1 accuracy axis, grid, legend and title; then save the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
 def plot_accuracy_curves(run: RunData, path: Path) -> Path:
     """Weighted, mean (+- std band) and worst-10% accuracy per evaluated round."""
     plt = _pyplot()
@@ -140,13 +153,7 @@ def plot_accuracy_curves(run: RunData, path: Path) -> Path:
         ax.plot(x, y, marker="o" if len(x) <= 30 else None, ms=3, label=label)
     if len(rounds) and len(std) == len(mean):
         ax.fill_between(rounds, mean - std, mean + std, alpha=0.15, label="mean +- std")
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(run.label, fontsize=10)
-    return _save(fig, path)
+    return _save_accuracy_axes(fig, ax, path, "round", "test accuracy", run.label)
 
 
 def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
@@ -158,13 +165,14 @@ def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
         rows = [m for m in run.metrics if key in m and "sim_time" in m]
         x = [m["sim_time"] for m in rows]
         ax.plot(x, [m[key] for m in rows], marker="o" if len(x) <= 30 else None, ms=3, label=label)
-    ax.set_xlabel("simulated time (virtual units: samples trained at speed 1)")
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"{run.label}: accuracy vs simulated time", fontsize=10)
-    return _save(fig, path)
+    return _save_accuracy_axes(
+        fig,
+        ax,
+        path,
+        "simulated time (virtual units: samples trained at speed 1)",
+        "test accuracy",
+        f"{run.label}: accuracy vs simulated time",
+    )
 
 
 def plot_client_distribution(run: RunData, path: Path) -> Path:
@@ -182,13 +190,9 @@ def plot_client_distribution(run: RunData, path: Path) -> Path:
         ):
             ax.fill_between(rounds, pct[:, lo], pct[:, hi], alpha=alpha, color="C0", label=label)
         ax.plot(rounds, pct[:, 3], color="C0", label="median")
-    ax.set_xlabel("round")
-    ax.set_ylabel("client test accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"{run.label}: per-client accuracy", fontsize=10)
-    return _save(fig, path)
+    return _save_accuracy_axes(
+        fig, ax, path, "round", "client test accuracy", f"{run.label}: per-client accuracy"
+    )
 
 
 def train_samples(run: RunData, clients: np.ndarray) -> np.ndarray:
