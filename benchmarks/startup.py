@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"  # overridden
 STEPS = (
     ("ray_start_began_s", "config read, Ray start begins"),
     ("driver_ready_s", "driver: torch imported, data, model, algorithm built"),
@@ -35,7 +36,8 @@ STEPS = (
 def one_run(args: argparse.Namespace, out: Path) -> dict[str, float]:
     """One ``fedsim run`` in a new process; its startup.json plus the command's wall time."""
     command = [
-        sys.executable, "-m", "fedsim.cli", "run", "--no-progress", "--out", str(out),
+        sys.executable, "-m", "fedsim.cli", "run", str(QUICKSTART), "--no-progress",
+        "--out", str(out),
         "name=startup", "data.name=fashion-mnist", "data.download=false",
         f"data.num_clients={args.clients}", "data.partition.name=dirichlet",
         "data.partition.alpha=0.5", "rounds=1", "join_ratio=1.0", "client.batch_size=10",

@@ -40,10 +40,11 @@ def is_run_name(value: str) -> bool:
 
 
 def _model_resolves(name: str) -> bool:
-    """Import ``model.name`` now (built-in or module:Class); ConfigError if it cannot be."""
-    from lightning_modules.registry import model_class
+    """A built-in ``model.name``, or a module:Class imported now; ConfigError if it cannot be.
+    (Built-ins are built, and Lightning imported, later: the config check stays fast.)"""
+    from lightning_modules.registry import is_builtin, model_class
 
-    return model_class(name) is not None
+    return is_builtin(name) or model_class(name) is not None
 
 
 def _dataset_resolves(name: str) -> bool:

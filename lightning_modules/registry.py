@@ -1,11 +1,16 @@
 """Models by config name: a built-in name, or ``module:Class`` for a user's FLModule.
 
-The built-ins are import paths too, so a user's model resolves exactly as they do.
+The built-ins are import paths too, so a user's model resolves exactly as they do. Importing
+this module does not import Lightning (seconds): a config naming a built-in model is
+checked without it, and Lightning comes in when a model is built.
 """
 
 from __future__ import annotations
 
-from lightning_modules.base import FLModule
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightning_modules.base import FLModule
 
 MODELS: dict[str, str] = {
     "fedavg_cnn": "lightning_modules.cnn:FedAvgCNN",
@@ -19,10 +24,16 @@ ALLOWED = (
 )
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``model.name`` is one of the built-in models (no import needed to know)."""
+    return name in MODELS
+
+
 def model_class(name: str) -> type[FLModule]:
     """The FLModule class for ``model.name`` (raises ConfigError naming the key)."""
     from fedsim.errors import ConfigError
     from fedsim.plugins import import_subclass, is_import_path
+    from lightning_modules.base import FLModule
 
     if name not in MODELS and not is_import_path(name):
         raise ConfigError("model.name", name, ALLOWED)

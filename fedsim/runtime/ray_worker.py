@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from fedsim.data.federated import FederatedData
     from fedsim.runtime.worker import ClientWorker, Task, WorkerSpec
 
-WORKER_MODULES = ("torch", "fedsim.runtime.worker", "fedsim.wire")  # what a worker imports
+# what a worker imports: torch, Lightning, the built-in models, the worker code
+WORKER_MODULES = (
+    "torch",
+    "lightning_modules.base",
+    "lightning_modules.cnn",
+    "lightning_modules.resnet",
+    "lightning_modules.char_lstm",
+    "fedsim.runtime.worker",
+    "fedsim.wire",
+)
 
 
 class WorkerActor:
