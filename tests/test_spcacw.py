@@ -26,6 +26,7 @@ from fedsim.algorithms.spcacw import (
     SPCACWParams,
     _Moments,
     beta_at,
+    centred_update,
     draw_participation,
     target_list,
 )
@@ -104,6 +105,38 @@ def test_ftal_and_pgd_reach_the_grid_minimum_at_m3(reg):
             assert leader[2] == 0.0  # exactly zero, not 1e-17
 
 
+@pytest.mark.parametrize("reg", [0.0, 0.7])
+def test_ftal_and_pgd_with_a_linear_term_reach_the_grid_minimum_at_m3(reg):
+    """bias_term=linear: F = c^T alpha + alpha^T Q alpha (+ reg sum alpha^3), c = diag(B B^T)."""
+    rng = np.random.default_rng(5)
+    for trial in range(6):
+        bias = rng.normal(size=(3, 5))
+        bias[0] = 0
+        if trial % 2 == 0:
+            bias[2] *= 3  # far off: under the linear bias term its weight is exactly 0
+        grads = rng.normal(size=(3, 5))
+        q, c = 0.3 * grads @ grads.T, (bias**2).sum(axis=1)
+        n = 500
+        i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+        keep = i + j <= n
+        grid = np.stack([i[keep], j[keep], n - i[keep] - j[keep]], axis=1) / n
+        values = grid @ c + np.einsum("ki,ij,kj->k", grid, q, grid) + reg * (grid**3).sum(axis=1)
+        best, best_value = grid[int(np.argmin(values))], float(values.min())
+        start = np.array([1.0, 0.0, 0.0])
+        leader = solve_leader(q, reg, start, linear=c)
+        assert objective(q, reg, leader, c) <= best_value + 1e-9
+        np.testing.assert_allclose(leader, best, atol=0.01)
+        alpha = start
+        for _ in range(3000):
+            alpha = projected_gradient_step(q, reg, alpha, linear=c)
+        np.testing.assert_allclose(alpha, leader, atol=2e-3)
+        if best[2] == 0:
+            assert leader[2] == 0.0
+    # no curvature: all weight on the smallest c
+    flat = np.zeros((3, 3))
+    assert solve_leader(flat, 0.0, start, linear=np.array([2.0, 1.0, 3.0])).tolist() == [0, 1, 0]
+
+
 # ------------------------------------------------------------------ the estimators
 
 
@@ -137,6 +170,101 @@ def test_ema_bias_and_running_grams_by_hand():
     var = np.array([0.25, 1.0])
     assert moments.variance_norm2() == pytest.approx(float((var**2).sum()))
     assert beta_at(0.3, 7) == 0.3 and beta_at("1/t", 4) == 0.25
+
+
+def test_centred_variance_gram_by_hand():
+    """variance_term=centred, beta 1/t: m_1 = g_1; r_t = g_t - m_{t-1}, term (1 - 1/t) r r^T."""
+    algo = tiny_algorithm(targets=0, beta="1/t", T_start=1, variance_term="centred")
+    state = algo.init_state(torch.zeros(2))
+    g1 = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, -2.0]])
+    g2 = torch.tensor([[2.0, 2.0], [2.0, 1.0], [4.0, 0.0]])
+    g3 = torch.tensor([[0.0, 1.0], [1.0, 1.0], [2.0, 2.0]])
+    moments = _Moments()
+    algo.apply_step(state, 0, g1, 0.1, moments)
+    torch.testing.assert_close(state["grad_mean"][0], g1)  # m_1 = g_1, nothing added
+    assert not state["grad_gram"].any() and state["terms"][0] == 1
+    algo.apply_step(state, 0, g2, 0.1, moments)
+    # r_2 = g2 - g1 = [(1, 2), (-1, 0), (4, 2)], weight 1/2
+    np.testing.assert_allclose(
+        state["grad_gram"][0], 0.1 * np.array([[2.5, -0.5, 4], [-0.5, 0.5, -2], [4, -2, 10]])
+    )
+    algo.apply_step(state, 0, g3, 0.1, moments)
+    # r_3 = g3 - (g1 + g2) / 2 = [(-1.5, 0), (-1.5, 0), (0, 3)], weight 2/3; summed, the
+    # centred sums of squares of the three gradients around their mean (Welford)
+    torch.testing.assert_close(state["grad_mean"][0], torch.tensor([[1.0, 1], [2, 1], [2, 0]]))
+    np.testing.assert_allclose(
+        state["grad_gram"][0], 0.1 * np.array([[4.0, 1, 4], [1, 2, -2], [4, -2, 16]])
+    )
+    # the bias Gram is the raw variant's: only the second quadratic changes
+    raw = tiny_algorithm(targets=0, beta="1/t", T_start=1)
+    raw_state = raw.init_state(torch.zeros(2))
+    for g in (g1, g2, g3):
+        raw.apply_step(raw_state, 0, g, 0.1, _Moments())
+    np.testing.assert_allclose(state["bias_gram"][0], raw_state["bias_gram"][0])
+    assert "grad_mean" not in raw_state  # raw keeps no running means
+    raw_gram = 0.1 * sum((g @ g.T).double().numpy() for g in (g1, g2, g3))
+    np.testing.assert_allclose(raw_state["grad_gram"][0], raw_gram)
+
+
+@pytest.mark.parametrize("beta, t_start", [("1/t", 1), ("1/t", 3), (0.3, 1), (0.3, 4)])
+def test_centred_gram_equals_the_explicit_formula(beta, t_start):
+    """beta 1/t, T_start 1: eta sum_t (G_t - Gbar)(G_t - Gbar)^T over the whole history;
+    otherwise eta sum_{t >= max(2, T_start)} (1 - beta_t) (G_t - m_{t-1})(G_t - m_{t-1})^T
+    with m_{t-1} written out as the weighted sum of G_1..G_{t-1}."""
+    rng = np.random.default_rng(4)
+    steps, m, p, eta = 7, 4, 50, 0.05
+    history = rng.normal(size=(steps, m, p)) + rng.normal(size=(1, m, p))
+    fed = federation([("w", (p,))], [4] * m)
+    fed.client_train_indices = [np.arange(4) + 4 * i for i in range(m)]
+    algo = SPCACW(SPCACWParams(targets=0, beta=beta, T_start=t_start, variance_term="centred"), fed)
+    state = algo.init_state(torch.zeros(p))
+    for g in history:
+        algo.apply_step(state, 0, torch.tensor(g, dtype=torch.float32), eta, _Moments())
+    g32 = history.astype(np.float32).astype(np.float64)  # what the algorithm saw
+    expected = np.zeros((m, m))
+    if beta == "1/t" and t_start == 1:
+        deviation = g32 - g32.mean(axis=0)
+        expected = eta * np.einsum("tip,tjp->ij", deviation, deviation)
+    else:
+        for t in range(max(2, t_start), steps + 1):
+            rate = [beta_at(beta, s) for s in range(1, t + 1)]
+            # m_{t-1} = sum_s c_s G_s: c_1 = prod_{u=2}^{t-1} (1 - rate_u), c_s = rate_s prod_{u>s}
+            mean = np.zeros((m, p))
+            for s in range(1, t):
+                weight = 1.0 if s == 1 else rate[s - 1]
+                for u in range(s + 1, t):
+                    weight *= 1 - rate[u - 1]
+                mean += weight * g32[s - 1]
+            residual = g32[t - 1] - mean
+            expected += eta * (1 - rate[t - 1]) * residual @ residual.T
+    np.testing.assert_allclose(state["grad_gram"][0], expected, rtol=1e-4, atol=1e-6)
+    assert np.allclose(state["grad_gram"][0], state["grad_gram"][0].T)
+    assert np.linalg.eigvalsh(state["grad_gram"][0]).min() > -1e-6  # PSD
+
+
+def test_linear_bias_term_uses_the_running_squared_norms():
+    algo = tiny_algorithm(targets=0, T_start=1, bias_term="linear", L=2.0)
+    state = algo.init_state(torch.zeros(2))
+    g1 = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, -2.0]])
+    algo.apply_step(state, 0, g1, 0.1, _Moments())
+    state["lipschitz"][:] = 2.0  # what refresh_lipschitz sets from the fixed L
+    q, c = algo.quadratic_and_linear(state, 0)
+    # b^_1 = g1 - g1[0] = [(0, 0), (2, 1), (-1, -2)]: ||b^||^2 = 0, 5, 5
+    np.testing.assert_allclose(c, [0.0, 5.0, 5.0])
+    np.testing.assert_allclose(q, 2.0 * 0.1 * (g1 @ g1.T).double().numpy())
+    quadratic = tiny_algorithm(targets=0, T_start=1, L=2.0)
+    q2, c2 = quadratic.quadratic_and_linear(state, 0)
+    assert c2 is None and np.allclose(q2, state["bias_gram"][0] + q)
+
+
+def test_centred_update_is_an_ema_with_innovations():
+    mean = torch.tensor([[1.0, 1.0]])
+    residual, weight = centred_update(mean, torch.tensor([[3.0, 0.0]]), 0.25, first=False)
+    torch.testing.assert_close(residual, torch.tensor([[2.0, -1.0]]))
+    torch.testing.assert_close(mean, torch.tensor([[1.5, 0.75]]))
+    assert weight == 0.75
+    _, weight = centred_update(mean, torch.tensor([[9.0, 9.0]]), 0.25, first=True)
+    assert weight == 0.0 and mean.tolist() == [[9.0, 9.0]]
 
 
 def test_partial_participation_rescaling_is_unbiased():
@@ -288,6 +416,16 @@ def test_targets_side_by_side_equal_each_run_alone():
     assert "alpha/3/1" in first and first["bytes_down"] > 0
 
 
+def test_a_centred_run_logs_its_terms():
+    run = local_run(
+        simulation("rounds=1", "algorithm.targets=[0,3]", "algorithm.variance_term=centred")
+    )
+    assert run.state["grad_mean"].shape == run.state["bias"].shape
+    first = run.history[0]
+    assert np.isfinite(first["variance_term"]) and first["variance_term"] >= 0
+    assert np.isfinite(first["acc_mean"])
+
+
 @pytest.mark.slow
 def test_ray_pool_equals_the_local_executor(ray_cluster):
     from fedsim.runtime.ray_executor import RayExecutor
@@ -326,6 +464,8 @@ def test_ray_pool_equals_the_local_executor(ray_cluster):
         ("algorithm.beta=1/s", "algorithm.beta"),
         ("algorithm.T_start=0", "algorithm.T_start"),
         ("algorithm.steps_per_round=0", "algorithm.steps_per_round"),
+        ("algorithm.variance_term=centered", "algorithm.variance_term"),
+        ("algorithm.bias_term=cubic", "algorithm.bias_term"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(override, key, capsys, tmp_path):

@@ -16,6 +16,15 @@ Per target (every quantity below is the target's own):
   F(alpha) = alpha^T (A + L V) alpha (+ ``reg``: lambda_reg sum alpha^3 with lambda_reg =
   ``gamma`` ||var(g^(0))||^2, the per-coordinate variance of the target's gradients over
   the round so far). Only b^ (M x P) and these M x M matrices are kept, never the history;
+- two options change the objective's terms (defaults: the seed's formula). ``variance_term=
+  centred``: V sums eta (1 - beta_t) R_t R_t^T over the innovations R_t = G_t - M_{t-1} of
+  each peer's gradient against its running mean (M_1 = G_1, M_t = M_{t-1} + beta_t R_t, the
+  bias EMA's rate: with beta 1/t and T_start 1, V = eta sum_t (G_t - Gbar)(G_t - Gbar)^T
+  exactly), i.e. noise covariances instead of second moments; it keeps M (targets x M x P,
+  as much again as b^). ``bias_term=linear``: sum_i alpha_i ||b^_t^(i)||^2 (the Jensen bound
+  on the simplex) instead of ||sum_i alpha_i b^_t^(i)||^2, i.e. F = diag(A)^T alpha +
+  alpha^T L V alpha. Both together give the objective the seed's closed-form weights
+  alpha_i = [(lambda - C1 ||b_i||^2) / (2 C2 sigma_i^2)]_+ minimise;
 - alpha on the simplex: ``ftal`` (default) follows the approximate leader, the minimiser of
   F (the losses built from the estimates b^ stand in for the unobservable bias);
   ``pgd`` takes one projected gradient step on F per update. ``update_every=epoch``
@@ -70,6 +79,8 @@ from fedsim.figures import Figure, Panel
 from fedsim.gradient_tasks import CurvatureTask, GradientTask
 
 SOLVERS = ("ftal", "pgd")
+VARIANCE_TERMS = ("raw", "centred")
+BIAS_TERMS = ("quadratic", "linear")
 ALPHA_SERIES_TARGETS = 4  # targets whose alpha per peer become numeric series (W&B)
 FIGURE_TARGETS = 4  # targets drawn in spcacw_alpha.png
 ALPHA_PNG = "spcacw_alpha.png"
@@ -145,6 +156,12 @@ class SPCACWParams(AlgorithmParams):
     lr: float | None = checked(  # the target's step size eta; null: client.lr
         None, lambda v: v is None or v > 0, "null (client.lr) or > 0"
     )
+    variance_term: str = checked(  # raw: the seed's ||sum alpha g||^2 | centred: g - mean_i
+        "raw", lambda v: v in VARIANCE_TERMS, f"allowed: {', '.join(VARIANCE_TERMS)}"
+    )
+    bias_term: str = checked(  # quadratic: seed's ||sum alpha b||^2 | linear: sum alpha ||b||^2
+        "quadratic", lambda v: v in BIAS_TERMS, f"allowed: {', '.join(BIAS_TERMS)}"
+    )
 
 
 def target_list(value: Any, num_clients: int) -> list[int]:
@@ -171,6 +188,22 @@ def beta_at(beta: Any, step: int) -> float:
     return 1.0 / step if beta == "1/t" else float(beta)
 
 
+def centred_update(
+    mean: torch.Tensor, grads: torch.Tensor, rate: float, *, first: bool
+) -> tuple[torch.Tensor, float]:
+    """One step of the centred variance term: (r, 1 - rate) with r = g - m_{t-1}, the
+    innovation of each peer's gradient against its running mean before this step; then
+    m_t = m_{t-1} + rate r (in place on ``mean``). The step's term is (1 - rate) r r^T
+    (Welford: with rate 1/t these add up to sum_t (g_t - gbar)(g_t - gbar)^T exactly).
+    The first step sets m_1 = g_1 and adds nothing, whatever the rate."""
+    if first:
+        mean.copy_(grads)
+        return grads, 0.0
+    residual = grads - mean
+    mean.add_(residual, alpha=rate)
+    return residual, 1.0 - rate
+
+
 def draw_participation(rng_key: list[int], p: float) -> bool:
     """z ~ Bernoulli(p), seeded by ``rng_key``."""
     return p >= 1.0 or bool(np.random.default_rng(rng_key).random() < p)
@@ -188,6 +221,7 @@ class SPCACW(Algorithm):
         super().__init__(params, federation)
         self.targets = target_list(params.targets, federation.num_clients)
         self.row = {client: k for k, client in enumerate(self.targets)}
+        self.centred = params.variance_term == "centred"
         if not federation.client_train_indices:
             raise ValueError("SP-CACW needs FederationInfo.client_train_indices")
 
@@ -209,7 +243,7 @@ class SPCACW(Algorithm):
             "terms": np.zeros(targets, dtype=np.int64),  # steps accumulated in A and V
             "lipschitz": np.full(targets, np.nan),
             "alpha_history": np.zeros((0, targets, m)),
-        }
+        } | ({"grad_mean": torch.zeros(targets, m, p)} if self.centred else {})
 
     def broadcast(self, state: ServerState) -> dict[str, Any]:
         return {"models": state["models"], "initial": state["initial"]}
@@ -344,27 +378,44 @@ class SPCACW(Algorithm):
         state["steps"][k] += 1
         t = int(state["steps"][k])
         observed = grads - grads[target]  # b~ (zero for the target itself)
-        bias = ema_update(state["bias"][k], observed, beta_at(self.params.beta, t))
+        rate = beta_at(self.params.beta, t)
+        bias = ema_update(state["bias"][k], observed, rate)
+        if self.centred:
+            spread, weight = centred_update(state["grad_mean"][k], grads, rate, first=t == 1)
+        else:
+            spread, weight = grads, 1.0
         if t >= self.params.T_start:
-            b64, g64 = bias.double(), grads.double()
+            b64 = bias.double()
             state["bias_gram"][k] += (b64 @ b64.T).numpy()
-            state["grad_gram"][k] += eta * (g64 @ g64.T).numpy()
+            if weight:
+                v64 = spread.double()
+                state["grad_gram"][k] += eta * weight * (v64 @ v64.T).numpy()
             state["terms"][k] += 1
         moments.add(grads[target])
 
     def solve(self, state: ServerState, k: int, moments: _Moments) -> float:
         """Re-solve target k's alpha; returns the solver's seconds."""
         began = time.perf_counter()
-        q = state["bias_gram"][k] + state["lipschitz"][k] * state["grad_gram"][k]
-        if state["terms"][k] == 0 or not np.isfinite(q).all() or not np.any(q):
+        q, linear = self.quadratic_and_linear(state, k)
+        everything = q if linear is None else np.concatenate([q.ravel(), linear])
+        if state["terms"][k] == 0 or not np.isfinite(everything).all() or not np.any(everything):
             return time.perf_counter() - began
         reg = self.params.gamma * moments.variance_norm2() if self.params.reg else 0.0
         alpha = state["alpha"][k]
         if self.params.solver == "ftal":
-            state["alpha"][k] = solve_leader(q, reg, alpha)
+            state["alpha"][k] = solve_leader(q, reg, alpha, linear=linear)
         else:
-            state["alpha"][k] = projected_gradient_step(q, reg, alpha)
+            state["alpha"][k] = projected_gradient_step(q, reg, alpha, linear=linear)
         return time.perf_counter() - began
+
+    def quadratic_and_linear(self, state: ServerState, k: int) -> tuple[np.ndarray, Any]:
+        """(Q, c) of target k's objective c^T alpha + alpha^T Q alpha: Q = A + L V and c =
+        None (``bias_term=quadratic``), or Q = L V and c = diag(A), the running sums of
+        ||b^_t^(i)||^2 (``linear``: the Jensen bound of the bias term on the simplex)."""
+        variance = state["lipschitz"][k] * state["grad_gram"][k]
+        if self.params.bias_term == "linear":
+            return variance, np.diag(state["bias_gram"][k]).copy()
+        return state["bias_gram"][k] + variance, None
 
     def refresh_lipschitz(self, state: ServerState, context: ExchangeRound) -> None:
         """L per target: the fixed ``L``, else an HVP estimate every ``lipschitz_every`` rounds."""
@@ -395,7 +446,10 @@ class SPCACW(Algorithm):
         for k in range(len(self.targets)):
             n = max(int(state["terms"][k]), 1)
             a = alpha[k]
-            bias_terms.append(float(a @ state["bias_gram"][k] @ a) / n)
+            if self.params.bias_term == "linear":
+                bias_terms.append(float(np.diag(state["bias_gram"][k]) @ a) / n)
+            else:
+                bias_terms.append(float(a @ state["bias_gram"][k] @ a) / n)
             variance_terms.append(
                 float(state["lipschitz"][k] * (a @ state["grad_gram"][k] @ a)) / n
             )
