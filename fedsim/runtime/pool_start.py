@@ -30,7 +30,6 @@ class StartedPool:
     plan: PoolPlan
     actors: list[Any]
     owns_ray: bool  # this process started Ray: shut it down when done
-    runtime_env: dict[str, Any] = field(default_factory=dict)
     timeline: dict[str, float] = field(default_factory=dict)  # time.time() at each start step
 
     def actor_class(self, runtime_env: dict[str, Any] | None = None) -> Any:
