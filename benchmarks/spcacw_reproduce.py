@@ -5,7 +5,9 @@
 
 Same data, rounds (10) and seeds as settings.md: mnist-5k relabel (2,500 digits, 10
 clients, 4 clusters), mnist-5k rotation (all 5,000 digits, 20 clients, 0-76 degrees) and
-Fashion-MNIST relabel (5,000 images, 10 clients, 4 clusters). SP-CACW costs targets x
+Fashion-MNIST relabel (5,000 images, 10 clients, 4 clusters), plus Fashion-MNIST clustered
+(5,000 images, 10 clients, 4 clusters of class mixes, sigma 10) in place of the seed's
+clustered CIFAR-100. SP-CACW costs targets x
 clients gradients a step, so it runs for a few targets per setting (``SETTINGS``: one
 client per relabel cluster on mnist-5k, clusters 0 and 1 on Fashion-MNIST, 0 and 40
 degrees on rotation), and Local-only / FedAvg / Oracle are
@@ -56,6 +58,12 @@ SETTINGS = {  # name: (config stem, overrides of settings.md, targets, title)
         [0, 1],
         "Fashion-MNIST relabel, 10 clients",
     ),
+    "fmnist-clustered": (  # stands in for the seed's clustered CIFAR-100 (sigma 10)
+        "fmnist-clustered",
+        ["data.max_samples=5000", "data.num_clients=10"],
+        [0, 1],
+        "Fashion-MNIST clustered (4 clusters of class mixes, sigma 10), 10 clients",
+    ),
 }
 PRACTICAL = ["algorithm.beta=0.1", "algorithm.T_start=60"]
 ROWS = {  # name: (title, config folder, overrides)
@@ -75,6 +83,11 @@ ROWS = {  # name: (title, config folder, overrides)
     "local": ("Local-only", "settings", []),
     "fedavg": ("FedAvg", "settings", []),
     "oracle": ("Oracle (true clusters)", "settings", []),
+    "feddisco": ("FedDisco", "settings", []),
+    "fedamp": ("FedAMP", "settings", []),
+    "ditto": ("Ditto (mu 0.1)", "settings", []),
+    "fc": ("FC (split after round 5)", "settings", []),
+    "ifca": ("IFCA (4 cluster models)", "settings", []),
 }
 
 

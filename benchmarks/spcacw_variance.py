@@ -4,8 +4,10 @@
     python benchmarks/spcacw_variance.py --rows centred-b01   # some of them
     python benchmarks/spcacw_variance.py --extra algorithm.reg=true
 
-The setting is ``tests/test_spcacw_effect.py``'s (relabelled mnist-5k, 2,000 digits, 8 IID
-clients in 4 label-permutation clusters, target 0, 8 rounds, lr 0.05, batch 10, seed 1).
+The setting (``OVERRIDES``): relabelled mnist-5k, 2,000 digits, 8 IID clients in 4
+label-permutation clusters (2 per cluster), target 0, 8 rounds, lr 0.05, batch 10, seed 1;
+the "linear-centred-b01" row is the setting ``tests/test_spcacw_effect.py`` runs on its own
+(larger) federation.
 Per row it prints the target's final alpha, the weight on its own cluster, how many peers
 of other clusters end with alpha exactly 0 and below 1e-6, the mean L, and the target's
 final accuracy; Local-only and FedAvg on the same data with ``--baselines``.
@@ -22,15 +24,30 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from test_spcacw_effect import OVERRIDES, TARGET  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from fedsim.config import load_config  # noqa: E402
 from fedsim.runtime.executor import LocalExecutor  # noqa: E402
 from fedsim.simulation import Simulation  # noqa: E402
 from fedsim.tracking.base import MemorySink  # noqa: E402
 
+TARGET = 0
+OVERRIDES = [
+    "seed=1",
+    "rounds=8",
+    "eval_every=8",
+    "data.name=mnist-5k",
+    "data.max_samples=2000",
+    "data.num_clients=8",
+    "data.partition.name=relabel",
+    "data.partition.clusters=4",
+    "client.lr=0.05",
+    "client.batch_size=10",
+    "join_ratio=1.0",
+    "checkpoint_every=0",
+    "runtime.executor=local",
+    "runtime.device=cpu",
+]
 SEEDS_DEFAULTS = ["algorithm.beta=1/t", "algorithm.T_start=1"]
 PRACTICAL = ["algorithm.beta=0.1", "algorithm.T_start=60"]
 ROWS = {
