@@ -105,6 +105,9 @@ class DataConfig:
     max_client_samples: int | None = checked(  # shakespeare: a role's first N samples; null: all
         None, lambda v: v is None or v >= 2, "must be >= 2 (or null: all of a client's samples)"
     )
+    plays: int | None = checked(  # shakespeare: the roles come from this many plays, dealt in turn
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the largest roles of any play)"
+    )
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

@@ -72,6 +72,7 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
         sigma=d.partition.sigma,
         min_samples=d.min_samples,
         max_client_samples=d.max_client_samples,
+        plays=d.plays,
     )
 
 

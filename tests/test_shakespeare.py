@@ -238,6 +238,57 @@ def test_max_client_samples_on_a_partitioned_dataset_is_a_one_line_error(tmp_pat
     assert err.count("\n") == 1 and not out.exists()
 
 
+def _plays(roles_per_play: dict[str, tuple[int, ...]]):
+    """A text dataset with these plays, each role of the given size (usable: size - 160)."""
+    texts = [
+        ({"play": play, "role": f"{play}-R{k}"}, _text(n, k))
+        for play, sizes in roles_per_play.items()
+        for k, n in enumerate(sizes)
+    ]
+    return from_texts("t", texts)
+
+
+def test_plays_deal_the_largest_roles_of_the_plays_with_most_roles_in_turn():
+    ds = _plays({"a": (300, 500), "b": (400, 250, 600), "c": (260, 900, 350), "d": (700,)})
+    data = build_federated_data(ds, 5, "iid", min_samples=64, plays=2)
+    # b and c have 3 roles each (c has more samples, so it comes first); a and d are left out
+    roles = [c["role"] for c in data.partition["clients"]]
+    assert roles == ["c-R1", "b-R2", "c-R2", "b-R0", "c-R0"]
+    assert data.partition["client_clusters"] == [0, 1, 0, 1, 0]
+    assert data.partition["plays"] == 2
+    without = build_federated_data(ds, 5, "iid", min_samples=64)
+    assert "client_clusters" not in without.partition  # roles alone have no true clusters
+
+
+def test_plays_errors_name_the_key_and_what_is_allowed():
+    ds = _plays({"a": (300, 500), "b": (400,)})
+    with pytest.raises(ConfigError, match=r"data.plays=3: 2 plays have eligible roles"):
+        build_federated_data(ds, 2, "iid", min_samples=64, plays=3)
+    with pytest.raises(ConfigError, match=r"data.num_clients=3: the 1 plays taken .* have 2"):
+        build_federated_data(ds, 3, "iid", min_samples=64, plays=1)
+
+
+def test_plays_on_a_partitioned_dataset_is_a_one_line_error(tmp_path, capsys):
+    out = tmp_path / "r"
+    args = ["data.plays=3", "runtime.executor=local", "rounds=1", "--out", str(out)]
+    assert main(["run", "configs/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    assert "data.plays=3: applies to datasets that come with their clients" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_the_seeds_shakespeare_settings_on_the_real_plays():
+    """n roles from m plays (benchmarks/results/spcacw.md): n=15, m=7 and n=30, m=3."""
+    ds = load_shakespeare()
+    for n, m in ((15, 7), (30, 3)):
+        data = build_federated_data(ds, n, "iid", min_samples=64, max_client_samples=100, plays=m)
+        clients = data.partition["clients"]
+        assert len({c["play"] for c in clients}) == m
+        assert data.partition["client_clusters"] == [k % m for k in range(n)]
+        plays = [{c["play"] for c in clients[cluster::m]} for cluster in range(m)]
+        assert all(len(p) == 1 for p in plays) and len(set.union(*plays)) == m
+
+
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedper", "cwfedavg"])
 def test_one_round_on_shakespeare_local(small_plays, tmp_path, algorithm):
     out = tmp_path / "run"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsim.data.dataset_types import NaturalClient
 from fedsim.data.datasets import Dataset
 from fedsim.data.heterogeneity import (
     HETEROGENEITY_NAMES,
@@ -164,6 +165,7 @@ def build_natural_federation(
     min_samples: int,
     max_client_samples: int | None = None,
     train_fraction: float = 0.8,
+    plays: int | None = None,
 ) -> FederatedData:
     """The clients the data comes with (``dataset.natural_clients``: Shakespeare's roles).
 
@@ -174,6 +176,9 @@ def build_natural_federation(
     order), so the choice is deterministic. ``max_client_samples`` then keeps each chosen
     client's first that many samples (a contiguous stretch of its text) before the split: a
     CPU-sized federation of the same clients. The partition keys do not apply.
+
+    ``plays`` (Shakespeare): the clients come from that many plays instead (``roles_of_plays``),
+    and each client's play is its true cluster (``client_clusters``, as a partition's).
     """
     natural = dataset.natural_clients
     assert natural is not None
@@ -187,7 +192,11 @@ def build_natural_federation(
             f"{dataset.name} has {len(eligible)} clients with >= {min_samples} samples "
             f"(data.min_samples); use at most {len(eligible)} or lower data.min_samples",
         )
-    chosen = eligible[np.argsort(-usable[eligible], kind="stable")[:num_clients]]
+    clusters: list[int] | None = None
+    if plays is None:
+        chosen = eligible[np.argsort(-usable[eligible], kind="stable")[:num_clients]]
+    else:
+        chosen, clusters = roles_of_plays(natural, eligible, usable, plays, num_clients)
     parts, clients, records, offset = [], [], [], 0
     for rank, k in enumerate(chosen):
         indices, kept = natural[k].indices, int(usable[k])
@@ -220,7 +229,50 @@ def build_natural_federation(
         "split": f"in order, {gap} samples dropped between train and test",
         "clients": records,
     }
+    if clusters is not None:
+        info["plays"] = plays
+        info["client_clusters"] = clusters
     return FederatedData(dataset=subset, clients=clients, partition=info)
+
+
+def roles_of_plays(
+    natural: tuple[NaturalClient, ...],
+    eligible: np.ndarray,
+    usable: np.ndarray,
+    plays: int,
+    num_clients: int,
+) -> tuple[np.ndarray, list[int]]:
+    """``num_clients`` roles of ``plays`` plays, and each one's play (0 .. plays - 1).
+
+    The plays with the most eligible roles are taken (ties: more samples, then the data's
+    order); their roles are dealt in turn, each play's largest first: client k comes from
+    play k % plays while every play has roles left (the clusters interleave, as a
+    partition's do).
+    """
+    by_play: dict[Any, list[int]] = {}
+    for k in eligible:
+        by_play.setdefault(natural[k].info.get("play"), []).append(int(k))
+    if plays > len(by_play):
+        raise ConfigError(
+            "data.plays", plays, f"{len(by_play)} plays have eligible roles; use at most that"
+        )
+    ranked = sorted(by_play.values(), key=lambda roles: (-len(roles), -int(usable[roles].sum())))
+    queues = [sorted(roles, key=lambda k: -int(usable[k])) for roles in ranked[:plays]]
+    if num_clients > sum(len(q) for q in queues):
+        raise ConfigError(
+            "data.num_clients",
+            num_clients,
+            f"the {plays} plays taken (data.plays) have {sum(len(q) for q in queues)} eligible "
+            "roles; use at most that, or more plays",
+        )
+    chosen: list[int] = []
+    clusters: list[int] = []
+    for depth in range(max(len(q) for q in queues)):
+        for play, queue in enumerate(queues):
+            if depth < len(queue) and len(chosen) < num_clients:
+                chosen.append(queue[depth])
+                clusters.append(play)
+    return np.asarray(chosen, dtype=np.int64), clusters
 
 
 def build_federated_data(
@@ -238,12 +290,13 @@ def build_federated_data(
     sigma: float = 1.0,
     min_samples: int = 64,
     max_client_samples: int | None = None,
+    plays: int | None = None,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
     A dataset that comes with its clients (``natural_clients``: Shakespeare) is not
-    partitioned: see ``build_natural_federation`` (``min_samples`` and ``max_client_samples``
-    apply to it only).
+    partitioned: see ``build_natural_federation`` (``min_samples``, ``max_client_samples`` and
+    ``plays`` apply to it only).
 
     Same seed, same partition and splits. Clients hold index arrays only; the images stay in
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
@@ -251,13 +304,22 @@ def build_federated_data(
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
     """
     if dataset.natural_clients is not None:
-        return build_natural_federation(dataset, num_clients, min_samples, max_client_samples)
+        return build_natural_federation(
+            dataset, num_clients, min_samples, max_client_samples, plays=plays
+        )
     if max_client_samples is not None:
         raise ConfigError(
             "data.max_client_samples",
             max_client_samples,
             f"applies to datasets that come with their clients (shakespeare), not {dataset.name}; "
             "use data.max_samples",
+        )
+    if plays is not None:
+        raise ConfigError(
+            "data.plays",
+            plays,
+            f"applies to datasets that come with their clients (shakespeare), not {dataset.name}; "
+            "leave it null",
         )
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
