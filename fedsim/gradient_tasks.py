@@ -66,7 +66,10 @@ class CurvatureTask:
 @dataclass
 class TaskOutput:
     """What a gradient or curvature task gave: the ``gradient`` (a stack for a stacked task),
-    the mean ``loss`` on ``num_samples`` (``losses`` per stacked entry), the ``eigenvalue``."""
+    the mean ``loss`` on ``num_samples`` (``losses`` per stacked entry), the ``eigenvalue``.
+
+    From the Ray pool ``gradient`` is a read-only view of the transfer buffer (no copy of
+    the targets x peers gradients on the driver): read it, never write into it."""
 
     client: int
     tag: Any = None

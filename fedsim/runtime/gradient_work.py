@@ -43,7 +43,7 @@ def stacked_gradients(
 ) -> TaskOutput:
     """One gradient per ``(row, samples)`` of ``task.at``, at ``broadcast[task.stack][row]``."""
     stack = broadcast[task.stack]
-    grads = torch.zeros(len(task.at), worker.flat.numel(), dtype=torch.float32)
+    grads = torch.empty(len(task.at), worker.flat.numel(), dtype=torch.float32)  # all rows set
     losses, count = [], 0
     grad = torch.zeros_like(worker.flat)
     for i, (row, samples) in enumerate(task.at):

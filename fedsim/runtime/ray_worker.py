@@ -81,7 +81,13 @@ class WorkerActor:
         if self._crash_round == round_idx:
             worker.run(round_idx, broadcast, tasks[:1])  # some work is done, then lost
             os._exit(1)
-        return to_wire(worker.run(round_idx, broadcast, tasks), copy=True)
+        result = worker.run(round_idx, broadcast, tasks)
+        # gradient-task outputs (SP-CACW: targets x peers gradients a step) arrive as
+        # read-only views of the object store; the driver reads them once (TaskOutput)
+        outputs, result.outputs = result.outputs, []
+        wired = to_wire(result, copy=True)
+        wired.outputs = to_wire(outputs)
+        return wired
 
     def crash_on_round(self, round_idx: int | None) -> None:
         """Test hook: die (os._exit) in the middle of the ``run`` call of round ``round_idx``."""
