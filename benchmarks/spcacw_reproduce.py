@@ -64,6 +64,17 @@ SETTINGS = {  # name: (config stem, overrides of settings.md, targets, title)
         [0, 1],
         "Fashion-MNIST clustered (4 clusters of class mixes, sigma 10), 10 clients",
     ),
+    "fmnist-clustered-s001": (  # for clustered CIFAR-100, sigma 0.01: clients near their cluster
+        "fmnist-clustered",
+        [
+            "data.max_samples=5000",
+            "data.num_clients=10",
+            "data.partition.sigma=0.01",
+            "data.partition.alpha=1.0",
+        ],
+        [0, 1],
+        "Fashion-MNIST clustered (cluster mixes Dir(1.0), sigma 0.01), 10 clients",
+    ),
 }
 PRACTICAL = ["algorithm.beta=0.1", "algorithm.T_start=60"]
 ROWS = {  # name: (title, config folder, overrides)
