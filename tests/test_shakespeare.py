@@ -229,12 +229,13 @@ def test_max_client_samples_keeps_each_chosen_roles_first_samples_in_order():
         assert not np.isin(test_inputs, train_targets).any()
 
 
-def test_max_client_samples_on_a_partitioned_dataset_is_a_one_line_error(tmp_path, capsys):
+@pytest.mark.parametrize("override", ["data.max_client_samples=100", "data.plays=3"])
+def test_shakespeare_keys_on_a_partitioned_dataset_are_a_one_line_error(tmp_path, capsys, override):
     out = tmp_path / "r"
-    args = ["data.max_client_samples=100", "runtime.executor=local", "rounds=1", "--out", str(out)]
+    args = [override, "runtime.executor=local", "rounds=1", "--out", str(out)]
     assert main(["run", "configs/quickstart.yaml", *args]) == 2
     err = capsys.readouterr().err
-    assert "data.max_client_samples=100: applies to datasets that come with their clients" in err
+    assert f"{override}: applies to datasets that come with their clients" in err
     assert err.count("\n") == 1 and not out.exists()
 
 
@@ -266,15 +267,6 @@ def test_plays_errors_name_the_key_and_what_is_allowed():
         build_federated_data(ds, 2, "iid", min_samples=64, plays=3)
     with pytest.raises(ConfigError, match=r"data.num_clients=3: the 1 plays taken .* have 2"):
         build_federated_data(ds, 3, "iid", min_samples=64, plays=1)
-
-
-def test_plays_on_a_partitioned_dataset_is_a_one_line_error(tmp_path, capsys):
-    out = tmp_path / "r"
-    args = ["data.plays=3", "runtime.executor=local", "rounds=1", "--out", str(out)]
-    assert main(["run", "configs/quickstart.yaml", *args]) == 2
-    err = capsys.readouterr().err
-    assert "data.plays=3: applies to datasets that come with their clients" in err
-    assert err.count("\n") == 1 and not out.exists()
 
 
 def test_the_seeds_shakespeare_settings_on_the_real_plays():

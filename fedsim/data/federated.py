@@ -258,12 +258,13 @@ def roles_of_plays(
         )
     ranked = sorted(by_play.values(), key=lambda roles: (-len(roles), -int(usable[roles].sum())))
     queues = [sorted(roles, key=lambda k: -int(usable[k])) for roles in ranked[:plays]]
-    if num_clients > sum(len(q) for q in queues):
+    available = sum(len(q) for q in queues)
+    if num_clients > available:
         raise ConfigError(
             "data.num_clients",
             num_clients,
-            f"the {plays} plays taken (data.plays) have {sum(len(q) for q in queues)} eligible "
-            "roles; use at most that, or more plays",
+            f"the {plays} plays taken (data.plays) have {available} eligible roles; use at "
+            "most that, or more plays",
         )
     chosen: list[int] = []
     clusters: list[int] = []
@@ -307,20 +308,17 @@ def build_federated_data(
         return build_natural_federation(
             dataset, num_clients, min_samples, max_client_samples, plays=plays
         )
-    if max_client_samples is not None:
-        raise ConfigError(
-            "data.max_client_samples",
-            max_client_samples,
-            f"applies to datasets that come with their clients (shakespeare), not {dataset.name}; "
-            "use data.max_samples",
-        )
-    if plays is not None:
-        raise ConfigError(
-            "data.plays",
-            plays,
-            f"applies to datasets that come with their clients (shakespeare), not {dataset.name}; "
-            "leave it null",
-        )
+    for key, value, instead in (
+        ("data.max_client_samples", max_client_samples, "use data.max_samples"),
+        ("data.plays", plays, "leave it null"),
+    ):
+        if value is not None:
+            raise ConfigError(
+                key,
+                value,
+                f"applies to datasets that come with their clients (shakespeare), not "
+                f"{dataset.name}; {instead}",
+            )
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
     if partition not in ALL_PARTITION_NAMES:
