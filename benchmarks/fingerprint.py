@@ -40,6 +40,18 @@ RUNS: dict[str, list[str]] = {
     "feddyn": ["algorithm.name=feddyn"],
     "fedavgm": ["algorithm.name=fedavgm"],
     "fedavgm-avg": ["algorithm.name=fedavgm", "algorithm.weighting=avg"],
+    "feddisco": ["algorithm.name=feddisco"],
+    "ifca": ["algorithm.name=ifca"],
+    "fc": ["algorithm.name=fc"],
+    "oracle": ["algorithm.name=oracle", "data.partition.name=relabel"],
+    "spcacw": ["algorithm.name=spcacw", "algorithm.targets=[0,3]", "algorithm.participation=0.7"],
+    "async": ["asynchronous.enabled=true", "asynchronous.speeds=lognormal:0,0.5"],
+    "dp-local": ["privacy.mode=local", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
+    "dp-central": ["privacy.mode=central", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
+    "topk-krum": ["compression.kind=topk", "compression.fraction=0.1", "aggregation.rule=median"],
+    "attack": ["attack.kind=sign_flip", "attack.fraction=0.3"],
+    "fedper-clip": ["algorithm.name=fedper", "privacy.clip_norm=0.5"],
+    "sync-speeds": ["asynchronous.speeds=slow_fraction:0.3,4"],
 }
 
 BASE = [
