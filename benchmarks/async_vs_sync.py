@@ -74,8 +74,14 @@ def time_to(rows: list[tuple[float, float, int]], accuracy: float) -> float:
     return next((t for t, acc, _ in rows if acc >= accuracy), float("inf"))
 
 
+def durations(sim: Simulation) -> np.ndarray:
+    """Each client's round in virtual time (asynchronous runs and sync runs with speeds)."""
+    kind = sim.round_kind
+    return kind.plan.durations if hasattr(kind, "plan") else kind.timeline.durations
+
+
 def tau_of(sim: Simulation) -> float:
-    return float(np.median(sim.timing.durations))
+    return float(np.median(durations(sim)))
 
 
 def run(method: str, seed: int, sync_rounds: int, cache: str | None = None) -> dict:
@@ -93,8 +99,8 @@ def run(method: str, seed: int, sync_rounds: int, cache: str | None = None) -> d
     sim = Simulation(cfg)
     tau = tau_of(sim)
     if cfg.asynchronous.enabled:  # aggregations until the sync run's simulated time
-        horizon = sync_rounds * sim.timing.durations.max()  # every client, every sync round
-        schedule, rounds = sim.timing.schedule(), 0
+        horizon = sync_rounds * durations(sim).max()  # every client, every sync round
+        schedule, rounds = sim.round_kind.plan.schedule(), 0
         while schedule.time < horizon:
             schedule.next_aggregation()
             rounds += 1

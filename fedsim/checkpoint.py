@@ -59,6 +59,7 @@ class Checkpoint:
     records: list[RoundRecord]  # rounds 0 .. rounds_trained - 1
     algorithm: Any = None  # the run's Algorithm (None in checkpoints written before it was kept)
     deployment: Any = None  # the deployment options' state (fedsim/deployment/driver.py)
+    round_kind: Any = None  # the round kind's state (asynchronous: clients in flight, clock)
 
 
 class CheckpointUnreadable(Exception):
@@ -103,6 +104,7 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
         "client_states": checkpoint.client_states,
         "algorithm": checkpoint.algorithm,
         "deployment": checkpoint.deployment,
+        "round_kind": checkpoint.round_kind,
         "records": [
             {
                 "round": r.round,
@@ -201,6 +203,7 @@ def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> C
             records,
             payload.get("algorithm"),
             payload.get("deployment"),
+            payload.get("round_kind"),
         )
     except (KeyError, TypeError) as err:
         raise CheckpointUnreadable(

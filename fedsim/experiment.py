@@ -18,9 +18,10 @@ from fedsim.checkpoint import (
 from fedsim.config import ExperimentConfig
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
+from fedsim.rounds.result import RunResult
 from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir
 from fedsim.runtime.factory import check_runtime, make_executor
-from fedsim.simulation import RunResult, Simulation
+from fedsim.simulation import Simulation
 from fedsim.startup_timeline import write_startup
 from fedsim.tracking.base import Sink
 from fedsim.tracking.files import FileSink

@@ -1,49 +1,44 @@
-"""The round loop: sample -> payloads -> local work -> aggregate -> evaluate -> log.
+"""One experiment built: data, model, algorithm, deployment options, round kind, loop.
 
-Evaluation follows PFLlib: in an evaluation round every client evaluates the model it
-received (personalized where the algorithm personalizes) on its own test split, before it
-trains. Round ``rounds`` is a final evaluation-only round after the last aggregation.
+``Simulation(cfg)`` builds everything that can fail on bad input (the dataset and its
+partition, the model, the algorithm, the options checked against each other); ``run``
+hands the rounds to the one ``RoundLoop`` (``fedsim/rounds/``).
 """
 
 from __future__ import annotations
 
 import functools
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import (
-    Algorithm,
-    ExchangeRound,
-    FederationInfo,
-    ServerState,
-)
+from fedsim.algorithms.base import Algorithm, FederationInfo
 from fedsim.algorithms.registry import get_algorithm_class
-from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
+from fedsim.checkpoint import Checkpoint
 from fedsim.config import ExperimentConfig
+from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import Dataset, load_dataset
-from fedsim.data.federated import FederatedData, build_federated_data, stratified_subset
-from fedsim.deployment.async_rounds import run_async, timing
-from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.interrupts import Interruption, deferred_interrupt
-from fedsim.metrics import best_and_final
-from fedsim.round_records import (
-    divergence_error,
-    failure_warning,
-    round_record,
-    round_summary,
+from fedsim.data.federated import FederatedData, stratified_subset
+from fedsim.deployment.driver import Deployment
+from fedsim.interrupts import Interruption
+from fedsim.rounds.compose import (
+    build_round_kind,
+    check_round_kind,
+    round_kind_name,
+    server_cohort,
 )
+from fedsim.rounds.loop import RoundLoop
+from fedsim.rounds.result import RunResult
 from fedsim.runtime.executor import Executor
-from fedsim.runtime.worker import ClientTask, WorkerSpec
-from fedsim.storage import ClientStateStore
-from fedsim.tracking.base import RoundRecord, Sink
+from fedsim.runtime.worker import WorkerSpec
+from fedsim.tracking.base import Sink
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout, flatten_module
 from lightning_modules.registry import build_model
+
+__all__ = ["RunResult", "Simulation", "build_data", "cached_dataset"]
 
 
 @functools.lru_cache(maxsize=4)
@@ -100,15 +95,6 @@ def federation_info(module: FLModule, data: FederatedData) -> FederationInfo:
     )
 
 
-@dataclass
-class RunResult:
-    summary: dict[str, Any]
-    history: list[dict[str, Any]]
-    state: ServerState
-    run_dir: Path | None = None
-    client_store: ClientStateStore = field(default_factory=ClientStateStore)
-
-
 class Simulation:
     """One experiment: everything that can fail on bad input is built in ``__init__``."""
 
@@ -125,10 +111,20 @@ class Simulation:
         self.data = self.algorithm.prepare_data(
             self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
         )
-        cohort_size = max(1, int(cfg.join_ratio * self.data.num_clients))
-        self.deployment = Deployment(cfg, self.algorithm, self.data.num_clients, cohort_size)
-        # the virtual clock (asynchronous.*): async rounds, or a sync run's sim_time; else None
-        self.timing = timing(cfg, self.algorithm, self.data, cohort_size, self.sample_cohort)
+        num_clients = self.data.num_clients
+        cohort_size = max(1, int(cfg.join_ratio * num_clients))
+        # how rounds train, chosen once: local | exchange | buffered (fedsim/rounds/compose.py)
+        kind = round_kind_name(cfg, self.algorithm)
+        check_round_kind(cfg, self.algorithm, kind, num_clients)
+        self.deployment = Deployment(
+            cfg, self.algorithm, num_clients, server_cohort(cfg, kind, cohort_size),
+            sampled=kind != "buffered",
+        )  # fmt: skip
+        self.round_kind = build_round_kind(
+            cfg, self.algorithm, kind, self.deployment, self.data.train_sizes(), cohort_size,
+            self.sample_cohort,
+        )  # fmt: skip
+        self.interrupted: Interruption | None = None
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
@@ -160,155 +156,13 @@ class Simulation:
         With ``run_dir`` and ``checkpoint_every`` > 0, checkpoints go to ``run_dir``; with
         ``resume``, the run continues from that checkpoint (its rounds replayed to the sinks).
         """
-        cfg, sinks = self.cfg, sinks or []
-        if cfg.asynchronous.enabled:  # rounds are server aggregations in virtual time
-            return run_async(self, executor, sinks, run_dir=run_dir, resume=resume)
-        state = self.algorithm.init_state(self.initial_params)
-        budget_gb = cfg.runtime.state_memory_gb
-        store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
-        history: list[dict[str, Any]] = []
-        checkpointing = run_dir is not None and cfg.checkpoint_every > 0
-        records: list[RoundRecord] = []  # kept for checkpoints only
-        first_round = 0
-        self.deployment.load_state_dict(None if resume is None else resume.deployment)
-        if resume is not None:
-            state, first_round = resume.state, resume.rounds_trained
-            for client, client_state in resume.client_states.items():
-                store.put(client, client_state)
-            for record in resume.records:
-                records.append(record)
-                history.append({"round": record.round, **record.summary})
-                for sink in sinks:
-                    sink.log_round(record)
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
-        self.interrupted: Interruption | None = None
-        done = first_round  # rounds completed: the next round to run
-        saved = first_round if resume is not None else -1  # rounds in the newest checkpoint
-
-        def checkpoint_now() -> Path:
-            states = {c: store.get(c) for c in store.clients()}
-            checkpoint = Checkpoint(
-                done, cfg.to_dict(), state, states, records, self.algorithm,
-                self.deployment.state_dict(),
-            )  # fmt: skip
-            return save_checkpoint(run_dir, checkpoint)
-
+        loop = RoundLoop(
+            self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
+            self.sample_cohort,
+        )  # fmt: skip
+        self.loop = loop
         try:
-            for round_idx in range(first_round, cfg.rounds + 1):
-                began = time.perf_counter()
-                training = round_idx < cfg.rounds
-                evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
-                exchanging = training and self.algorithm.trains_by_exchange
-                cohort = set(self.sample_cohort(round_idx)) if training else set()
-                cohort = set() if exchanging else cohort  # train_round trains, not the tasks
-                evaluated = {c for c in range(self.data.num_clients) if evaluating}
-                evaluated = {c for c in evaluated if self.algorithm.evaluates(c)}
-                everyone = sorted(evaluated | cohort)
-                broadcast = self.algorithm.broadcast(state)
-                tasks = [
-                    ClientTask(
-                        client=c,
-                        payload=self.algorithm.client_payload(state, c),
-                        state=store.get(c),
-                        evaluate=c in evaluated,
-                        train=c in cohort,
-                    )
-                    for c in everyone
-                ]
-                self.deployment.prepare(round_idx, tasks)
-                download = sum(
-                    self.algorithm.download_nbytes(broadcast, t.payload, t.state)
-                    for t in tasks
-                    if t.train
-                )
-                worker_results = executor.run_round(round_idx, broadcast, tasks)
-                report = None
-                if exchanging:  # many gradient exchanges, after the round's evaluation
-                    trained_state, report = self.algorithm.train_round(
-                        state, self.exchange_round(executor, round_idx)
-                    )
-                with deferred_interrupt():  # commit the round whole, or not at all
-                    results = sorted(
-                        (c for w in worker_results for c in w.clients), key=lambda c: c.client
-                    )
-                    failed = [c.client for c in results if c.failed]
-                    diverged = bool(cohort) and len(failed) > cfg.max_failed_fraction * len(cohort)
-                    if not diverged:
-                        for c in results:
-                            if c.state is not None:
-                                store.put(c.client, c.state)
-                        if report is not None:
-                            state = trained_state
-                        elif training:
-                            sums = self.deployment.combine(
-                                round_idx, [w.sums for w in worker_results], results
-                            )
-                            individual = {
-                                c.client: c.individual for c in results if c.individual is not None
-                            }
-                            state = self.algorithm.aggregate(state, sums, individual, round_idx)
-                    summary = round_summary(results, worker_results, failed, began)
-                    if self.timing is not None:  # asynchronous.speeds set: the virtual time
-                        summary["sim_time"] = self.timing.time_at(round_idx)
-                    if failed:
-                        summary["warnings"] = [failure_warning(failed, cohort, diverged)]
-                    if training:
-                        summary["bytes_down"] = download
-                        summary["bytes_up"] = sum(c.upload_bytes for c in results)
-                        summary.update(self.deployment.round_summary())
-                    weights = None
-                    if report is not None:
-                        summary.update(report.summary)
-                        weights = report.client_weights
-                    record = round_record(round_idx, summary, results, num_classes, weights)
-                    self.deployment.annotate(record)
-                    history.append({"round": round_idx, **summary})
-                    for sink in sinks:
-                        sink.log_round(record)
-                    if diverged:
-                        self._finish(sinks, history, "diverged", done)
-                        raise divergence_error(
-                            round_idx, failed, f"{len(cohort)} clients", cfg.max_failed_fraction,
-                            done,
-                        )  # fmt: skip
-                    done = round_idx + 1
-                    if checkpointing:
-                        records.append(record)
-                        if training and (done % cfg.checkpoint_every == 0 or done == cfg.rounds):
-                            checkpoint_now()
-                            saved = done
-        except KeyboardInterrupt:
-            path = None
-            if checkpointing:
-                path = checkpoint_now() if done > saved and done <= cfg.rounds else None
-                path = path or latest_checkpoint(run_dir)
-            self.interrupted = Interruption(done, path)
-            self._finish(sinks, history, "interrupted", done)
-            raise
-        summary = self._finish(sinks, history, "completed", done)
-        return RunResult(summary=summary, history=history, state=state, client_store=store)
-
-    def exchange_round(self, executor: Executor, round_idx: int) -> ExchangeRound:
-        """The context of a ``train_round``: client settings and the executor's exchange."""
-        return ExchangeRound(
-            round=round_idx,
-            seed=self.cfg.seed,
-            lr=self.cfg.client.lr,
-            batch_size=self.cfg.client.batch_size,
-            exchange=lambda tasks, broadcast: executor.exchange(round_idx, broadcast, tasks),
-        )
-
-    @staticmethod
-    def _finish(
-        sinks: list[Sink], history: list[dict[str, Any]], status: str, done: int
-    ) -> dict[str, Any]:
-        """best/final over the rounds run, with how the run ended; handed to every sink."""
-        summary: dict[str, Any] = {**best_and_final(history), "status": status}
-        privacy = privacy_summary(history)
-        if privacy is not None:
-            summary["privacy"] = privacy
-        if status != "completed":
-            summary["rounds_completed"] = done
-        for sink in sinks:
-            sink.finish(summary)
-        return summary
+            return loop.run(executor, self.initial_params, sinks, run_dir=run_dir, resume=resume)
+        finally:
+            self.interrupted = loop.interrupted

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import ClientInfo, FederationInfo, WeightedSum, merge_sums
+from fedsim.algorithms.base import ClientInfo, FederationInfo
+from fedsim.algorithms.sums import WeightedSum, merge_sums
 from fedsim.config import load_config
 from fedsim.storage import ClientStateStore
 from lightning_modules.flat_params import ParamEntry, ParamLayout

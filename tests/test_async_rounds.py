@@ -13,8 +13,8 @@ import torch
 from helpers import refused_check, untimed
 
 from fedsim.config import load_config
-from fedsim.deployment.async_schedule import AsyncSchedule, SyncTimeline, client_work
-from fedsim.deployment.staleness import (
+from fedsim.rounds.schedule import AsyncSchedule, SyncTimeline, client_work
+from fedsim.rounds.staleness import (
     VirtualClock,
     buffered_weights,
     default_max_staleness,
@@ -157,7 +157,7 @@ def test_buffer_of_everyone_at_equal_speed_is_sync_fedavg():
 
 def test_metrics_of_an_asynchronous_run():
     sim, result = cached("rounds=4", *FEDBUFF)
-    plan = sim.timing
+    plan = sim.round_kind.plan
     tau = float(np.median(plan.durations))
     assert plan.max_staleness == pytest.approx(2 * tau)
     times = [h["sim_time"] for h in result.history]
@@ -171,7 +171,7 @@ def test_metrics_of_an_asynchronous_run():
 
 def test_sync_run_with_speeds_logs_its_simulated_time():
     sim, result = cached("rounds=2", SLOW)
-    slowest = sim.timing.durations.max()  # every client trains every round
+    slowest = sim.round_kind.timeline.durations.max()  # every client trains every round
     assert [h["sim_time"] for h in result.history] == pytest.approx([0, slowest, 2 * slowest])
     _, plain = cached("rounds=2")
     assert "sim_time" not in plain.history[0]
@@ -242,7 +242,6 @@ BAD = [
     ("asynchronous.speeds=gamma:1,2", "asynchronous.speeds='gamma:1,2'"),
     ("asynchronous.stale=ignore", "allowed: discount, drop"),
     ("asynchronous.max_staleness=0", "asynchronous.max_staleness=0"),
-    ("asynchronous.enabled=true checkpoint_every=1", "checkpoint_every=1"),
     (
         "asynchronous.enabled=true asynchronous.buffer_size=3 aggregation.rule=krum",
         "aggregation.krum_f=1",
@@ -277,7 +276,7 @@ def test_with_slow_clients_async_reaches_sync_accuracy_in_less_simulated_time():
     sim, sync = simulate("rounds=2", *EFFECT)
     target, horizon = sync.history[-1]["acc_weighted"], sync.history[-1]["sim_time"]
     cfg = load_config(None, [*BASE, *EFFECT, *FEDBUFF5])
-    schedule, rounds = Simulation(cfg).timing.schedule(), 0
+    schedule, rounds = Simulation(cfg).round_kind.plan.schedule(), 0
     while schedule.time < horizon:  # the schedule is known before training
         schedule.next_aggregation()
         rounds += 1

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.config import load_config
+from fedsim.config import AttackConfig, load_config
 from fedsim.deployment.attacks import LabelFlipped, attackers, corrupt_delta
-from fedsim.deployment.settings import AttackConfig
 from fedsim.experiment import run_experiment
 
 TINY = [

@@ -22,8 +22,9 @@ from fedsim.algorithms.fedvg import (
 )
 from fedsim.algorithms.scaffold import Scaffold
 from fedsim.config import load_config
+from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import ImageDataset
-from fedsim.data.federated import FederatedData, build_federated_data
+from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor

@@ -29,8 +29,9 @@ import pytest
 from fedsim.algorithms.aggregation_weights import WeightingParams
 from fedsim.algorithms.fedvg import build_validation
 from fedsim.config import load_config
+from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import ImageDataset
-from fedsim.data.federated import FederatedData, build_federated_data
+from fedsim.data.federated import FederatedData
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation, cached_dataset
 from fedsim.tracking.base import MemorySink

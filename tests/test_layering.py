@@ -1,14 +1,18 @@
-"""The layering DESIGN.md draws, checked on the source: arrows point down only.
+"""The layering, checked on the source: every module has a layer, arrows point down only.
 
-cli/ray_jobs -> simulation -> {algorithms, runtime, tracking} -> {data, lightning_modules}.
-Every ``import`` in every module of fedsim/, lightning_modules/ and ray_jobs/ is read with
-``ast`` (imports inside functions too, so a lazy import cannot hide a cycle); each rule
-lists all of its violations, one per line, with file and line.
+``LAYERS`` is the one table (docs/architecture.md shows it, and a test keeps the two equal).
+Every ``import`` of every module in fedsim/, lightning_modules/ and ray_jobs/ is read with
+``ast`` (imports inside functions and under ``TYPE_CHECKING`` too: a lazy import is still a
+dependency). An import is allowed within a component, or to a component in a lower layer;
+components of one layer are peers and never import each other. No circle of modules either.
+A few promises the order alone cannot express are named rules below (tracking never knows an
+algorithm; the runtime and deployment know algorithms only through the seam; who imports Ray).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +20,47 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedsim", "lightning_modules", "ray_jobs")
+
+# bottom to top; a component is a package (with its modules) or a module
+LAYERS: list[tuple[str, ...]] = [
+    ("fedsim", "fedsim.errors"),
+    (
+        "fedsim.checks", "fedsim.sizes", "fedsim.plugins", "fedsim.figures", "fedsim.metrics",
+        "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",
+    ),
+    ("fedsim.data", "lightning_modules", "fedsim.storage"),
+    ("fedsim.algorithm_params",),
+    ("fedsim.config",),
+    ("fedsim.algorithms", "fedsim.run_folder"),
+    ("fedsim.deployment",),
+    ("fedsim.runtime", "fedsim.tracking"),
+    ("fedsim.checkpoint_allowlist",),
+    ("fedsim.checkpoint",),
+    ("fedsim.rounds",),
+    ("fedsim.simulation",),
+    ("fedsim.experiment", "fedsim.keys"),
+    ("fedsim.search", "fedsim.early_start"),
+    ("fedsim.cli",),
+    ("ray_jobs",),
+]  # fmt: skip
+
+# (rule, importers, targets they may not import, targets exempt from that)
+NAMED_RULES = [
+    ("tracking never imports an algorithm", ("fedsim.tracking",), ("fedsim.algorithms",), ()),
+    (
+        "the runtime and deployment know algorithms only through the seam (base, sums)",
+        ("fedsim.runtime", "fedsim.deployment"),
+        ("fedsim.algorithms",),
+        ("fedsim.algorithms.base", "fedsim.algorithms.sums"),
+    ),
+    (
+        "only the runtime, the search package and ray_jobs import ray",
+        PACKAGES,
+        ("ray",),
+        (),
+    ),
+]
+RAY_IMPORTERS = ("fedsim.runtime", "fedsim.search", "ray_jobs")
 
 
 @dataclass(frozen=True)
@@ -60,95 +105,177 @@ def is_module(name: str, root: Path) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def all_imports() -> list[Import]:
-    files = sorted(f for p in PACKAGES for f in (REPO / p).rglob("*.py"))
-    return [i for f in files for i in imports_of(f)]
+def modules_of(root: Path = REPO) -> list[Path]:
+    return sorted(f for p in PACKAGES for f in (root / p).rglob("*.py"))
 
 
 def within(name: str, *prefixes: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-# (rule, importers it applies to, importers exempt, forbidden targets)
-RULES = [
-    ("fedsim never imports ray_jobs (no cycle)", ("fedsim",), (), ("ray_jobs",)),
-    (
-        "algorithms and runtime never import tracking",
-        ("fedsim.algorithms", "fedsim.runtime"),
-        (),
-        ("fedsim.tracking",),
-    ),
-    (
-        "tracking never imports algorithms or the simulation",
-        ("fedsim.tracking",),
-        (),
-        ("fedsim.algorithms", "fedsim.simulation"),
-    ),
-    ("algorithms never import the runtime", ("fedsim.algorithms",), (), ("fedsim.runtime",)),
-    (
-        "only the runtime, the search package and ray_jobs import ray",
-        PACKAGES,
-        ("fedsim.runtime", "fedsim.search", "ray_jobs"),
-        ("ray",),
-    ),
-    (
-        "lightning_modules and data never import algorithms/runtime/simulation/tracking",
-        ("lightning_modules", "fedsim.data"),
-        (),
-        ("fedsim.algorithms", "fedsim.runtime", "fedsim.simulation", "fedsim.tracking"),
-    ),
-]
+def component_of(module: str, layers: list[tuple[str, ...]] = LAYERS) -> tuple[str, int] | None:
+    """(the module's component, its layer): the longest entry that is the module or one of its
+    packages; the root package ``fedsim`` holds only its own ``__init__``."""
+    best: tuple[str, int] | None = None
+    for level, entries in enumerate(layers):
+        for entry in entries:
+            if entry == "fedsim" and module != "fedsim":
+                continue
+            if within(module, entry) and (best is None or len(entry) > len(best[0])):
+                best = (entry, level)
+    return best
 
 
-def violations(importers, exempt, forbidden, imports: list[Import]) -> list[str]:
-    """One line per offending import statement: ``file:line: module imports target(s)``."""
-    by_statement: dict[tuple[str, str], list[str]] = {}
+def upward_imports(imports: Iterable[Import], layers: list[tuple[str, ...]] = LAYERS) -> list[str]:
+    """One line per import that is not within a component nor down to a lower layer."""
+    found = []
     for i in imports:
-        if (
-            within(i.source, *importers)
-            and not within(i.source, *exempt)
-            and within(i.target, *forbidden)
-        ):
-            by_statement.setdefault((i.where, i.source), []).append(i.target)
-    return sorted(
-        f"{where}: {source} imports {', '.join(targets)}"
-        for (where, source), targets in by_statement.items()
-    )
+        source, target = component_of(i.source, layers), component_of(i.target, layers)
+        if source is None or target is None or source[0] == target[0]:
+            continue  # outside the packages (torch, numpy...) or within one component
+        if target[1] >= source[1]:
+            how = "up" if target[1] > source[1] else "sideways"
+            found.append(
+                f"{i.where}: {i.source} ({source[0]}, layer {source[1]}) imports {i.target} "
+                f"({target[0]}, layer {target[1]}): {how}"
+            )
+    return sorted(found)
+
+
+def circles(imports: Iterable[Import], modules: Iterable[str]) -> list[list[str]]:
+    """Strongly connected groups of modules (size > 1). A module importing its own package
+    (``fedsim.algorithms.x`` -> ``fedsim.algorithms``) is how packages work, not a circle."""
+    names = set(modules)
+    edges: dict[str, set[str]] = {m: set() for m in names}
+    for i in imports:
+        target = i.target
+        while target and target not in names:
+            target = target.rpartition(".")[0]
+        if target and target != i.source and not i.source.startswith(target + "."):
+            edges[i.source].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(names):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def broken_rules(imports: Iterable[Import]) -> list[str]:
+    found = []
+    for rule, importers, forbidden, exempt in NAMED_RULES:
+        for i in imports:
+            allowed = RAY_IMPORTERS if forbidden == ("ray",) else ()
+            if (
+                within(i.source, *importers)
+                and not within(i.source, *allowed)
+                and within(i.target, *forbidden)
+                and not within(i.target, *exempt)
+            ):
+                found.append(f"{rule}: {i.where}: {i.source} imports {i.target}")
+    return sorted(set(found))
 
 
 @pytest.fixture(scope="module")
 def imports() -> list[Import]:
-    return all_imports()
+    return [i for f in modules_of() for i in imports_of(f)]
 
 
-@pytest.mark.parametrize("rule, importers, exempt, forbidden", RULES, ids=[r[0] for r in RULES])
-def test_layering_rule(rule, importers, exempt, forbidden, imports) -> None:
-    found = violations(importers, exempt, forbidden, imports)
-    assert not found, f"{rule}: {len(found)} violation(s)\n" + "\n".join(found)
+def test_every_module_has_a_layer() -> None:
+    unplaced = [module_name(f) for f in modules_of() if component_of(module_name(f)) is None]
+    assert not unplaced, "modules without a layer (add them to LAYERS):\n" + "\n".join(unplaced)
 
 
-def test_the_scanner_sees_lazy_and_relative_imports(tmp_path) -> None:
-    """The checker itself: imports inside functions and relative imports are found."""
-    for module in ("fedsim/tracking/__init__", "fedsim/algorithms/base", "fedsim/simulation"):
-        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / f"{module}.py").write_text("")
-    plots = tmp_path / "fedsim" / "tracking" / "plots.py"
-    plots.write_text(
-        "from ..algorithms import base\n\n\ndef f():\n"
-        "    import ray\n"
-        "    from fedsim import simulation\n"
-    )
-    imports = imports_of(plots, tmp_path)
-    assert {i.target for i in imports} == {
-        "fedsim.algorithms",
-        "fedsim.algorithms.base",
-        "ray",
-        "fedsim",
-        "fedsim.simulation",
+def test_no_import_points_up_or_sideways(imports) -> None:
+    found = upward_imports(imports)
+    assert not found, f"{len(found)} import(s) against the layers:\n" + "\n".join(found)
+
+
+def test_no_circle(imports) -> None:
+    found = circles(imports, [module_name(f) for f in modules_of()])
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_named_rules(imports) -> None:
+    found = broken_rules(imports)
+    assert not found, "\n".join(found)
+
+
+def test_the_docs_show_this_table() -> None:
+    """docs/architecture.md's layer list is this table, top layer first."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    shown = [line[2:].split("  ")[0].split(", ") for line in text.splitlines() if line[:2] == "L "]
+    assert shown == [list(layer) for layer in reversed(LAYERS)]
+
+
+def test_the_checker_fails_on_a_made_up_tree(tmp_path) -> None:
+    """The checker itself: lazy, relative and TYPE_CHECKING imports are found; an upward, a
+    sideways import and a circle are each reported; an unlisted module has no layer."""
+    files = {
+        "fedsim/__init__.py": "",
+        "fedsim/errors.py": "",
+        "fedsim/tracking/__init__.py": "",
+        "fedsim/tracking/plots.py": (
+            "from ..algorithms import base\n\n\ndef f():\n    import ray\n"
+            "    from fedsim import simulation\n"
+        ),
+        "fedsim/algorithms/__init__.py": "",
+        "fedsim/algorithms/base.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fedsim import runtime\n"
+        ),
+        "fedsim/runtime/__init__.py": "from fedsim.tracking import plots\n",
+        "fedsim/simulation.py": "from fedsim.algorithms import base\n",
+        "fedsim/stray.py": "import fedsim.errors\n",
     }
-    rule = next(r for r in RULES if r[1] == ("fedsim.tracking",))
-    assert violations(*rule[1:], imports) == [
-        "fedsim/tracking/plots.py:1: fedsim.tracking.plots imports "
-        "fedsim.algorithms, fedsim.algorithms.base",
-        "fedsim/tracking/plots.py:6: fedsim.tracking.plots imports fedsim.simulation",
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    layers = [
+        ("fedsim", "fedsim.errors"),
+        ("fedsim.algorithms",),
+        ("fedsim.runtime", "fedsim.tracking"),
+        ("fedsim.simulation",),
     ]
+    paths = sorted((tmp_path / "fedsim").rglob("*.py"))
+    imports = [i for p in paths for i in imports_of(p, tmp_path)]
+    assert {i.target for i in imports if i.source == "fedsim.tracking.plots"} == {
+        "fedsim.algorithms", "fedsim.algorithms.base", "ray", "fedsim", "fedsim.simulation",
+    }  # fmt: skip
+    found = upward_imports(imports, layers)
+    assert any("algorithms.base (fedsim.algorithms, layer 1) imports fedsim.runtime" in f
+               and f.endswith("up") for f in found)  # fmt: skip
+    assert any("plots" in f and "fedsim.simulation" in f and f.endswith("up") for f in found)
+    assert any("fedsim.runtime (fedsim.runtime, layer 2) imports fedsim.tracking.plots" in f
+               and f.endswith("sideways") for f in found)  # fmt: skip
+    names = [module_name(p, tmp_path) for p in paths]
+    circle = [
+        "fedsim.algorithms.base",
+        "fedsim.runtime",
+        "fedsim.simulation",
+        "fedsim.tracking.plots",
+    ]
+    assert circles(imports, names) == [circle]
+    assert component_of("fedsim.stray", layers) is None
+    assert component_of("fedsim", layers) == ("fedsim", 0)

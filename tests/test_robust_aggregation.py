@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedsim.config import AggregationConfig
 from fedsim.deployment import robust
 from fedsim.deployment.server_stages import add_central_noise, robust_sums
-from fedsim.deployment.settings import AggregationConfig
 
 
 def rows(*values) -> torch.Tensor:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fedsim.cli import main
+from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import ImageDataset, load_dataset
-from fedsim.data.federated import build_federated_data
 from fedsim.data.text import (
     ALL_LETTERS,
     SEQ_LEN,

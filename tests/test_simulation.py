@@ -15,7 +15,7 @@ from fedsim.algorithms.registry import ALGORITHMS, register
 from fedsim.cli import main
 from fedsim.errors import ClientFailureError
 from fedsim.experiment import run_experiment
-from fedsim.round_records import aggregation_shares
+from fedsim.rounds.records import aggregation_shares
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.worker import ClientResult
 from fedsim.simulation import Simulation

@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fedsim.deployment.staleness import (
+from fedsim.rounds.staleness import (
     SpeedSpec,
     VirtualClock,
     buffered_weights,

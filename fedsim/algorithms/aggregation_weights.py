@@ -1,7 +1,8 @@
 """Aggregation weights of the FedAvg family: one mechanism, consulted by every member.
 
 FedAvg, FedProx, FedVG, SCAFFOLD, FedDyn, FedAvgM and Ditto all average what their clients
-upload; only the weights differ. ``algorithm.weighting`` chooses them (ALGORITHMS.md, "FedVG"):
+upload; only the weights differ. ``algorithm.weighting`` chooses them (docs/algorithms.md,
+"FedAvg-family weighting"):
 
 - ``samples``  w_k = n_k / sum n (FedAvg, FedProx, FedAvgM, Ditto);
 - ``uniform``  w_k = 1 / |cohort| (SCAFFOLD's and FedDyn's mean, as PFLlib);
@@ -18,102 +19,56 @@ trains, through the worker's probe (where the data and the module already are).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.fedavg_family import WeightingParams
 from fedsim.algorithms.base import (
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     FederationInfo,
     WeightedSum,
 )
-from fedsim.checks import checked
-from fedsim.data.datasets import DATASET_NAMES
-from fedsim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedsim.algorithms.fedvg import ValidationScorer
     from fedsim.data.datasets import ImageDataset
     from fedsim.data.federated import FederatedData
 
-WEIGHTINGS = ("samples", "uniform", "fedvg", "avg")
-NORMS = ("1", "2", "spectral")
-GRANULARITIES = ("model", "layer", "block")
+
+class Scorer(Protocol):
+    """What a score-based weighting consults (FedVG's ``ValidationScorer`` in ``fedvg.py``):
+    the server-only data it needs, the samples each client trains on, a trained model's
+    score per group of parameters, and how groups split and join a flat vector."""
+
+    groups: list[str]
+
+    def prepare_data(
+        self, data: FederatedData, load_dataset: Callable[[str], ImageDataset], seed: int
+    ) -> FederatedData: ...
+
+    def train_indices(self, client: int) -> np.ndarray | None: ...
+
+    def scores(self, probe: Any, params: torch.Tensor) -> dict[str, float]: ...
+
+    def split(self, value: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def join(self, parts: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
 
-def norm_name(value: Any) -> Any:
-    """``algorithm.norm`` as a name: YAML reads 1 as an int, spectral as a str."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if float(value) in (1.0, 2.0):
-            return str(int(value))
-    return value
+# the scorer of the score-based weightings (fedvg, avg), registered by the module defining it
+SCORERS: dict[str, Callable[[WeightingParams, FederationInfo], Scorer]] = {}
 
 
-@dataclass
-class WeightingParams(AlgorithmParams):
-    """``algorithm.*`` keys shared by the FedAvg family: how the server weights clients."""
+def register_scorer(name: str) -> Callable[[type], type]:
+    """Class decorator: the scorer ``AggregationWeights`` builds for weighting ``name``."""
 
-    weighting: str = checked(  # samples | uniform | fedvg | avg
-        "samples", lambda v: v in WEIGHTINGS, f"allowed: {', '.join(WEIGHTINGS)}"
-    )
-    val_ratio: float = checked(  # FedVG: share of each client's train split held out for the server
-        0.1, lambda v: 0 < v < 1, "must be in (0, 1)"
-    )
-    # hold val_ratio out of every client even when the weighting needs no scores, so that
-    # samples/uniform runs train on exactly FedVG's data (FL-bench gives every method the
-    # same train/val split). null: only when the weighting needs the validation set
-    val_holdout: bool | None = None
-    val_dataset: str | None = checked(  # FedVG: validate on this dataset instead (server-only)
-        None,
-        lambda v: v is None or v in DATASET_NAMES,
-        f"allowed: {', '.join(DATASET_NAMES)} (null: hold out val_ratio of every client)",
-    )
-    val_imbalance: float | None = checked(  # FedVG: rho in (0, 1]; class c keeps a share rho^c
-        None, lambda v: v is None or 0 < v <= 1, "must be in (0, 1] (null: none)"
-    )
-    val_samples: int | None = checked(  # FedVG: at most this many validation samples
-        None, lambda v: v is None or v >= 1, "must be >= 1 (or null)"
-    )
-    norm: Any = checked(  # FedVG: 1 | 2 | spectral (Any: YAML reads 1 as an int, spectral as a str)
-        1, lambda v: norm_name(v) in NORMS, "allowed: 1, 2, spectral"
-    )
-    granularity: str = checked(  # FedVG: model | layer | block
-        "model", lambda v: v in GRANULARITIES, f"allowed: {', '.join(GRANULARITIES)}"
-    )
-    score_batch_size: int = checked(  # FedVG: validation batch (official 32; BatchNorm cares)
-        32, lambda v: v >= 1, "must be >= 1"
-    )
-    eps: float = checked(1e-8, lambda v: v > 0, "must be > 0")  # FedVG: w ~ 1 / (s + eps)
+    def add(cls: type) -> type:
+        SCORERS[name] = cls
+        return cls
 
-    def __post_init__(self) -> None:
-        self.norm = norm_name(self.norm)
-        if self.val_holdout is False and self.uses_scores and self.val_dataset is None:
-            raise ConfigError(
-                "algorithm.val_holdout",
-                False,
-                f"weighting={self.weighting} needs a validation set: hold one out (null) or "
-                "set algorithm.val_dataset",
-            )
-        if self.val_holdout and self.val_dataset is not None:
-            raise ConfigError(
-                "algorithm.val_holdout",
-                True,
-                "nothing is held out when algorithm.val_dataset is set; leave it null",
-            )
-
-    @property
-    def uses_scores(self) -> bool:
-        """Whether this weighting needs FedVG's validation set and scores."""
-        return self.weighting in ("fedvg", "avg")
-
-    @property
-    def builds_validation(self) -> bool:
-        """Whether a validation set is built (and, without val_dataset, held out)."""
-        return self.uses_scores or bool(self.val_holdout)
+    return add
 
 
 def weighted_mean(total: WeightedSum | None) -> torch.Tensor | None:
@@ -128,12 +83,9 @@ class AggregationWeights:
 
     def __init__(self, params: WeightingParams, federation: FederationInfo):
         self.params = params
-        self.scorer: ValidationScorer | None = None
-        if params.builds_validation:
-            # fedvg.py defines FedVG on the FedAvg base, which imports this module
-            from fedsim.algorithms.fedvg import ValidationScorer
-
-            self.scorer = ValidationScorer(params, federation)
+        self.scorer: Scorer | None = None
+        if params.builds_validation:  # fedvg.py registers FedVG's scorer
+            self.scorer = SCORERS["fedvg"](params, federation)
 
     def prepare_data(
         self, data: FederatedData, load_dataset: Callable[[str], ImageDataset], seed: int

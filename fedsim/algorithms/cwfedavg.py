@@ -1,7 +1,7 @@
 """cwFedAvg: class-wise federated averaging with Weight Distribution Regularization (WDR).
 
 Lee et al., ICCV 2025 (arXiv 2406.07800); official code regulationLee/cwFedAvg
-(``servers/serveravgCW.py``, ``clients/clientavgCW.py``). Rules: ALGORITHMS.md, "cwFedAvg".
+(``servers/serveravgCW.py``, ``clients/clientavgCW.py``). Rules: docs/algorithms.md, "cwfedavg".
 
 Server, per class j:  w_j^G = sum_i q_ij w_i,  q_ij = (n_i/N) r_ij / sum_k (n_k/N) r_kj
 (N cancels; with true class proportions this is FedAvg done separately for each class).
@@ -33,16 +33,15 @@ row norms follow each client's class distribution; under FedAvg every client sho
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.personalized import TOP_BLOCKS, CwFedAvgParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -57,38 +56,7 @@ from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
 from fedsim.figures import Figure, Panel
 
-CLASS_WEIGHTS = ("estimated", "true")
-_TOP_BLOCKS = re.compile(r"top-([1-9][0-9]*)")
 ROW_NORMS_PNG = "row_norms.png"
-
-
-@dataclass
-class CwFedAvgParams(AlgorithmParams):
-    """``algorithm.*`` keys of cwFedAvg."""
-
-    # estimated (head row norms) | true (class proportions). Typed Any because YAML and the
-    # CLI read a bare `true` as a boolean; __post_init__ turns it back into "true".
-    class_weights: Any = "estimated"
-    classwise_layers: str = "output"  # output | all | top-L (the top L blocks)
-    wdr_lambda: float = 10.0  # WDR strength; loss += 0.5 * lambda * ||p - p~||_2; 0 disables
-
-    def __post_init__(self) -> None:
-        if self.class_weights is True:
-            self.class_weights = "true"
-        if not isinstance(self.class_weights, str) or self.class_weights not in CLASS_WEIGHTS:
-            raise ConfigError(
-                "algorithm.class_weights", self.class_weights, "allowed: estimated, true"
-            )
-        if self.classwise_layers not in ("output", "all") and not _TOP_BLOCKS.fullmatch(
-            self.classwise_layers
-        ):
-            raise ConfigError(
-                "algorithm.classwise_layers",
-                self.classwise_layers,
-                "allowed: output, all, top-L (L >= 1 top blocks, e.g. top-2)",
-            )
-        if not self.wdr_lambda >= 0:
-            raise ConfigError("algorithm.wdr_lambda", self.wdr_lambda, "must be >= 0 (0: no WDR)")
 
 
 def output_weight_name(federation: FederationInfo) -> str:
@@ -147,7 +115,7 @@ def _classwise_names(params: CwFedAvgParams, federation: FederationInfo) -> list
         return [e.name for e in federation.layout.entries]
     if params.classwise_layers == "output":
         return list(federation.head_names)
-    top = int(_TOP_BLOCKS.fullmatch(params.classwise_layers).group(1))  # type: ignore[union-attr]
+    top = int(TOP_BLOCKS.fullmatch(params.classwise_layers).group(1))  # type: ignore[union-attr]
     blocks = federation.block_names
     if top > len(blocks):
         raise ConfigError(

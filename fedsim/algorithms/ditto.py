@@ -1,7 +1,7 @@
 """Ditto: a personal model pulled towards the global one, beside plain FedAvg.
 
 Li et al., ICML 2021; PFLlib ``servers/serverditto.py``, ``clients/clientditto.py``. Rules:
-ALGORITHMS.md, "Baselines". Each round a sampled client
+docs/algorithms.md, "ditto". Each round a sampled client
 1. trains its personal model v for ``personal_epochs`` (PFLlib ``plocal_epochs``, 1) with
    v <- v - lr (grad f(v) + mu (v - w_t)), w_t the global model it received (PFLlib's
    ``PerturbedGradientDescent``: the pull is added to the gradient, not to the loss);
@@ -19,30 +19,17 @@ worker's single main pass stays the global copy's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fedsim.algorithm_params.fedavg_family import DittoParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
-from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
 
 PERSONAL_KEY = 13  # seeds the personal pass apart from the main training
-
-
-@dataclass
-class DittoParams(FedAvgParams):
-    """``algorithm.*`` keys of Ditto (and FedAvg's, for the global model)."""
-
-    mu: float = checked(  # pull of the personal model towards the global model (Ditto's lambda)
-        0.1, lambda v: v >= 0, "must be >= 0"
-    )
-    personal_epochs: int = checked(  # epochs of personal training per round (PFLlib plocal_epochs)
-        1, lambda v: v >= 1, "must be >= 1"
-    )
 
 
 @register

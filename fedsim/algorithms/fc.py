@@ -26,16 +26,14 @@ split. A client is evaluated with its cluster's model.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.clustered import FCParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -46,25 +44,9 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.clustering import assignment_figure
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
 from fedsim.figures import Figure
 
 FC_PNG = "fc_clusters.png"
-
-
-@dataclass
-class FCParams(AlgorithmParams):
-    """``algorithm.*`` keys of FC (CFL)."""
-
-    eps1: float = checked(  # split only when the norm of a cluster's mean update is below this
-        0.4, lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0"
-    )
-    eps2: float = checked(  # ... and its largest client update norm is above this
-        1.6, lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0"
-    )
-    split_after: int = checked(  # no split before this round (0-based; CFL: after round 20)
-        20, lambda v: isinstance(v, int) and v >= 0, "must be an integer >= 0"
-    )
 
 
 def cosine_similarities(updates: torch.Tensor) -> np.ndarray:

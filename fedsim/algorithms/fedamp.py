@@ -1,7 +1,7 @@
 """FedAMP: attentive message passing between personal models.
 
 Huang et al., AAAI 2021; PFLlib ``servers/serveramp.py``, ``clients/clientamp.py``. Rules:
-ALGORITHMS.md, "Baselines". Client i keeps its own model w_i (private state in the driver's
+docs/algorithms.md, "fedamp". Client i keeps its own model w_i (private state in the driver's
 client state store) and receives a personalized cloud model
 
     u_i = sum_{j != i} c_ij w_j + (1 - sum_{j != i} c_ij) w_i,
@@ -15,7 +15,7 @@ client sampled each round, every other client, as in the paper). It trains w_i f
 whose gradient (lamda / alpha_k)(w - u_i) reaches w. PFLlib's copy builds the term from
 ``p.data`` on both sides, so no gradient flows and FedAMP silently becomes Local-only, and
 uses the plain norm, not its square. Here the term's gradient in w (u_i is a constant) is
-added to every step, squared as the paper and ALGORITHMS.md write it: the shared pull
+added to every step, squared as the paper writes it: the shared pull
 (``pull.py``) to u_i with mu = lamda / alpha_k, its gradient added after backward in two
 in-place passes (~1.1x per CNN step on this machine against ~1.7x through autograd).
 Before round 1 there are no peers and u_i = w_i. Clients are evaluated with their own w_i,
@@ -36,14 +36,13 @@ coefficients use the client's true current model even when it was not sampled la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fedsim.algorithm_params.personalized import FedAMPParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -53,23 +52,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
 from fedsim.sizes import nbytes
-
-
-@dataclass
-class FedAMPParams(AlgorithmParams):
-    """``algorithm.*`` keys of FedAMP (PFLlib's names; defaults: see the module docstring)."""
-
-    lamda: float = checked(  # strength of the pull to u_i (PFLlib ``lamda``); 0: Local-only
-        0.005, lambda v: v >= 0, "must be >= 0 (0: Local-only)"
-    )
-    alpha_k: float = checked(  # alpha_K: scale of the attention coefficients (PFLlib ``alphaK``)
-        0.05, lambda v: v > 0, "must be > 0"
-    )
-    sigma: float = checked(  # width of the attention kernel exp(-d / sigma) / sigma
-        1.0, lambda v: v > 0, "must be > 0"
-    )
 
 
 def attention_coefficients(

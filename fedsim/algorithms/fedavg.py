@@ -13,11 +13,11 @@ FedAvgM, SCAFFOLD, FedDyn and Ditto override only what differs. Two settings are
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedsim.algorithm_params.fedavg_family import FedAvgParams
 from fedsim.algorithms.aggregation_weights import AggregationWeights, WeightingParams
 from fedsim.algorithms.base import (
     Algorithm,
@@ -32,23 +32,10 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.checks import checked
 
 if TYPE_CHECKING:
     from fedsim.data.datasets import ImageDataset
     from fedsim.data.federated import FederatedData
-
-
-@dataclass
-class FedAvgParams(WeightingParams):
-    """``algorithm.*`` keys of FedAvg: the aggregation weights and the server optimizer."""
-
-    server_lr: float = checked(  # server step on the averaged client update (1: plain FedAvg)
-        1.0, lambda v: v > 0, "must be > 0"
-    )
-    server_momentum: float = checked(  # server momentum beta (FedAvgM; 0: none)
-        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)"
-    )
 
 
 @register

@@ -3,23 +3,15 @@
 The pseudo-gradient d = sum_k w_k (theta - theta_k) = theta - sum_k w_k theta_k is one step
 of server SGD with momentum (torch's rule): v <- beta v + d; theta <- theta - lr v, i.e.
 FedAvg's server optimizer (``server_optimizer.py``) with ``algorithm.server_momentum`` 0.9
-by default and ``algorithm.server_lr`` 1.0 (ALGORITHMS.md). w_k from ``algorithm.weighting``
-(n_k / sum n).
+by default and ``algorithm.server_lr`` 1.0 (PFLlib's and the paper's). w_k from
+``algorithm.weighting`` (n_k / sum n).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
+from fedsim.algorithm_params.fedavg_family import FedAvgMParams
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
-
-
-@dataclass
-class FedAvgMParams(FedAvgParams):
-    """``algorithm.*`` keys of FedAvgM: FedAvg's, with server momentum 0.9 by default."""
-
-    server_momentum: float = 0.9
 
 
 @register

@@ -18,16 +18,14 @@ its trained model and the server computes the exact weights from the cohort's cl
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.clustered import FedDiscoParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -36,20 +34,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
 from fedsim.sizes import nbytes
-
-
-@dataclass
-class FedDiscoParams(AlgorithmParams):
-    """``algorithm.*`` keys of FedDisco."""
-
-    disco_a: float = checked(  # a: how much the normalized discrepancy d_k lowers a weight
-        0.5, lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"
-    )
-    disco_b: float = checked(  # b: offset added to every weight before the ReLU
-        0.1, lambda v: math.isfinite(v), "must be a finite number"
-    )
 
 
 def discrepancies(class_counts: np.ndarray) -> np.ndarray:

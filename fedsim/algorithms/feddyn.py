@@ -1,23 +1,22 @@
-"""FedDyn (Acar et al., ICLR 2021; PFLlib serverdyn/clientdyn). Rules: ALGORITHMS.md.
+"""FedDyn (Acar et al., ICLR 2021; PFLlib serverdyn/clientdyn). Rules: docs/algorithms.md, "feddyn".
 
 Client i (state h_i, zeros at first): loss = CE + alpha/2 ||w - g|| - <w, h_i>, the norm
 taken over the whole parameter vector; afterwards h_i <- h_i - alpha (w - g).
 Server: h <- h - alpha (1/N) sum_i (w_i - g) (N: all clients); g = sum_k w_k w_i - h / alpha,
 w_k from ``algorithm.weighting`` (uniform, PFLlib's mean, by default).
 
-``penalty``: ``norm`` (default) is PFLlib's plain L2 norm as ALGORITHMS.md states; the FedDyn
+``penalty``: ``norm`` (default) is PFLlib's plain L2 norm; the FedDyn
 paper squares it (``squared``). Parameters only: float buffers (BatchNorm statistics) get no
 term and no h, and are simply averaged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fedsim.algorithms.aggregation_weights import WeightingParams
+from fedsim.algorithm_params.fedavg_family import FedDynParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
@@ -30,22 +29,8 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.checks import checked
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
-
-PENALTIES = ("norm", "squared")
-
-
-@dataclass
-class FedDynParams(WeightingParams):
-    """``algorithm.*`` keys of FedDyn: alpha, the penalty form and the weighting keys."""
-
-    weighting: str = "uniform"
-    alpha: float = checked(0.01, lambda v: v > 0, "must be > 0")  # dynamic regularizer strength
-    penalty: str = checked(  # norm (PFLlib, ALGORITHMS.md) | squared (the FedDyn paper)
-        "norm", lambda v: v in PENALTIES, "allowed: norm, squared"
-    )
 
 
 class DynamicRegularizer(ClientTerms):

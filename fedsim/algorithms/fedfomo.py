@@ -1,7 +1,7 @@
 """FedFomo: each client weights downloaded peer models by how much they help on its own data.
 
 Zhang et al., ICLR 2021; PFLlib ``servers/serverfomo.py``, ``clients/clientfomo.py``. Rules:
-ALGORITHMS.md, "Baselines".
+docs/algorithms.md, "fedfomo".
 
 Server: an affinity matrix P (identity at start). Client i downloads the M = ``peers``
 models with the largest P[i, j] (ties by client id; only clients that have uploaded a model,
@@ -28,15 +28,14 @@ models per client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.personalized import FedFomoParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientProbe,
@@ -46,32 +45,10 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.algorithms.registry import register
-from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
 from fedsim.storage import ClientStateStore
 
-REFERENCES = ("start", "trained")
 VAL_SEED = 20210503  # the validation subset depends only on the client
-
-
-@dataclass
-class FedFomoParams(AlgorithmParams):
-    """``algorithm.*`` keys of FedFomo."""
-
-    peers: int = 5  # M: models each client downloads (PFLlib ``M``)
-    val_ratio: float = 0.2  # share of the training split held out for weighting
-    reference: str = "start"  # old model: start (PFLlib) | trained (the paper)
-    server_memory_gb: float | None = None  # server copies beyond it spill (None: 1/4 of RAM)
-
-    def __post_init__(self) -> None:
-        if self.peers < 1:
-            raise ConfigError("algorithm.peers", self.peers, "must be >= 1")
-        if not 0 < self.val_ratio < 1:
-            raise ConfigError("algorithm.val_ratio", self.val_ratio, "must be in (0, 1)")
-        if self.reference not in REFERENCES:
-            raise ConfigError("algorithm.reference", self.reference, "allowed: start, trained")
-        if self.server_memory_gb is not None and not self.server_memory_gb >= 0:
-            raise ConfigError("algorithm.server_memory_gb", self.server_memory_gb, "must be >= 0")
 
 
 def split_validation(

@@ -8,31 +8,13 @@ common; 0 is FedAvg). The server is FedAvg's, with ``algorithm.weighting`` (FedV
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from fedsim.algorithm_params.fedavg_family import FedProxParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
-from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
-from fedsim.errors import ConfigError
-
-
-@dataclass
-class FedProxParams(FedAvgParams):
-    """``algorithm.*`` keys of FedProx: ``mu`` (required) and FedAvg's keys."""
-
-    mu: float | None = checked(  # proximal strength: loss += (mu/2) ||w - w_global||^2; required
-        None, lambda v: v is None or v >= 0, "must be >= 0 (0: plain FedAvg)"
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mu is None:
-            raise ConfigError(
-                "algorithm.mu", None, "required for fedprox: set algorithm.mu (0.01 is common)"
-            )
 
 
 @register

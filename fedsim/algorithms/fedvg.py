@@ -1,7 +1,7 @@
 """FedVG: gradient-guided aggregation (Devkota et al., CVPR 2026, arXiv 2602.21399; seed 003).
 
 Official code alinadevkota/FedVG (FL-bench; ``src/server/fedgrad*.py``). Rules:
-ALGORITHMS.md, "FedVG". The server scores every uploaded model k by how flat the
+docs/algorithms.md, "fedvg". The server scores every uploaded model k by how flat the
 cross-entropy is at it on a server validation set, s_k = sum_l ||g_{k,l}||_p, and averages
 with w_k = (1/(s_k + eps)) / sum_j (1/(s_j + eps)): flatter (smaller gradient) weighs more.
 Clients train exactly as in FedAvg.
@@ -41,21 +41,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsim.algorithms.aggregation_weights import WeightingParams
+from fedsim.algorithm_params.fedavg_family import FedVGParams, WeightingParams
+from fedsim.algorithms.aggregation_weights import register_scorer
 from fedsim.algorithms.base import ClientProbe, FederationInfo
-from fedsim.algorithms.fedavg import FedAvg, FedAvgParams
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
 from lightning_modules.flat_params import ParamLayout
-
-
-@dataclass
-class FedVGParams(FedAvgParams):
-    """``algorithm.*`` keys of FedVG: the FedAvg keys, FedVG weights by default."""
-
-    weighting: str = "fedvg"
 
 
 @register
@@ -192,6 +186,7 @@ def build_validation(
 # ----------------------------------------------------------------- what the weights consult
 
 
+@register_scorer("fedvg")
 class ValidationScorer:
     """The validation set (built once on the driver) and a client model's scores per group,
     for ``AggregationWeights`` under ``weighting=fedvg | avg`` (or ``val_holdout``)."""

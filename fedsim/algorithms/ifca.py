@@ -23,15 +23,14 @@ never).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsim.algorithm_params.clustered import IFCAParams
 from fedsim.algorithms.base import (
     Algorithm,
-    AlgorithmParams,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -47,25 +46,11 @@ from fedsim.algorithms.clustering import (
     latest_assignment,
 )
 from fedsim.algorithms.registry import register
-from fedsim.checks import checked
 from fedsim.figures import Figure
 from lightning_modules.flat_params import ParamLayout
 
-WEIGHTINGS = ("samples", "uniform")
 IFCA_PNG = "ifca_clusters.png"
 INIT_SEED = 3751  # the permutations of model k > 0 are seeded by (INIT_SEED, k)
-
-
-@dataclass
-class IFCAParams(AlgorithmParams):
-    """``algorithm.*`` keys of IFCA."""
-
-    clusters: int = checked(  # K: cluster models (each client trains the best of them)
-        4, lambda v: isinstance(v, int) and 1 <= v <= 127, "must be an integer in [1, 127]"
-    )
-    weighting: str = checked(  # samples (n_k) | uniform (the IFCA code's plain mean)
-        "samples", lambda v: v in WEIGHTINGS, f"allowed: {', '.join(WEIGHTINGS)}"
-    )
 
 
 def permuted_init(initial: torch.Tensor, layout: ParamLayout, seed: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Oracle: FedAvg within each client's true cluster, with equal weights.
 
-The upper baseline of SP-CACW's experiments (ALGORITHMS.md, "SP-CACW": "only same-cluster
+The upper baseline of SP-CACW's experiments (the seed's SP-CACW experiments: "only same-cluster
 peers, equal weights"). The clusters come from the partition (``relabel``, ``rotation`` with
 clusters, ``clustered``: ``FederationInfo.client_clusters``); a partition without clusters is
 refused up front. One model per cluster: a client trains and is evaluated with its cluster's

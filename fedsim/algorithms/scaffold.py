@@ -17,12 +17,11 @@ K from the config. With client momentum or weight decay the two differ (PFLlib u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fedsim.algorithms.aggregation_weights import WeightingParams
+from fedsim.algorithm_params.fedavg_family import ScaffoldParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
@@ -35,17 +34,8 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
-from fedsim.checks import checked
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
-
-
-@dataclass
-class ScaffoldParams(WeightingParams):
-    """``algorithm.*`` keys of SCAFFOLD: the server step eta_g and the weighting keys."""
-
-    weighting: str = "uniform"
-    global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")  # server step eta_g
 
 
 class ControlVariateCorrection(ClientTerms):

@@ -1,26 +1,33 @@
-"""Real datasets, client partitions and per-client train/test splits -> FederatedData."""
+"""Real datasets, client partitions and per-client train/test splits -> FederatedData.
 
-from fedsim.data.datasets import DATASET_NAMES, ImageDataset, load_dataset, read_idx
-from fedsim.data.federated import ClientSplit, FederatedData, build_federated_data
-from fedsim.data.partition import (
-    PARTITION_NAMES,
-    partition_dirichlet,
-    partition_iid,
-    partition_labels,
-    partition_pathological,
-)
+The names below load on first use (PEP 562): ``fedsim.data.names`` (what the config check
+reads) must not import torch.
+"""
 
-__all__ = [
-    "DATASET_NAMES",
-    "PARTITION_NAMES",
-    "ClientSplit",
-    "FederatedData",
-    "ImageDataset",
-    "build_federated_data",
-    "load_dataset",
-    "partition_dirichlet",
-    "partition_iid",
-    "partition_labels",
-    "partition_pathological",
-    "read_idx",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DATASET_NAMES": "fedsim.data.names",
+    "ImageDataset": "fedsim.data.dataset_types",
+    "load_dataset": "fedsim.data.datasets",
+    "read_idx": "fedsim.data.datasets",
+    "ClientSplit": "fedsim.data.federated",
+    "FederatedData": "fedsim.data.federated",
+    "build_federated_data": "fedsim.data.build",
+    "PARTITION_NAMES": "fedsim.data.partition",
+    "partition_dirichlet": "fedsim.data.partition",
+    "partition_iid": "fedsim.data.partition",
+    "partition_labels": "fedsim.data.partition",
+    "partition_pathological": "fedsim.data.partition",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'fedsim.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -19,13 +19,25 @@ from pathlib import Path
 import numpy as np
 
 from fedsim.data.dataset_types import Dataset, ImageDataset, NaturalClient
+from fedsim.data.names import (
+    DATASET_ALLOWED,
+    DATASET_NAMES,
+    IMAGE_DATASET_NAMES,
+    TEXT_DATASET_NAMES,
+    dataset_loader,
+)
 from fedsim.errors import ConfigError
 
-__all__ = ["Dataset", "ImageDataset", "NaturalClient", "dataset_loader", "load_dataset"]
-
-IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
-TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
-DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
+__all__ = [
+    "DATASET_NAMES",
+    "IMAGE_DATASET_NAMES",
+    "TEXT_DATASET_NAMES",
+    "Dataset",
+    "ImageDataset",
+    "NaturalClient",
+    "dataset_loader",
+    "load_dataset",
+]
 
 # Debian's package `fashion-mnist` installs the four .gz idx files here.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -73,31 +85,6 @@ def read_idx(path: str | Path) -> np.ndarray:
         )
     array = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(shape)
     return array.astype(dtype.newbyteorder("="), copy=True)
-
-
-DATASET_ALLOWED = (
-    f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
-    "fedsim.data.datasets.Dataset such as ImageDataset (called with root= and download= if "
-    "it takes them)"
-)
-
-
-def dataset_loader(name: str) -> Callable[..., Dataset] | None:
-    """``data.name`` checked: None for a built-in, else the user's loader function.
-
-    A user's loader is ``module:function``; it may take ``root`` (data.root, a Path) and
-    ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
-    Raises ConfigError.
-    """
-    from fedsim.plugins import check_callable_with, import_object, is_import_path
-
-    if name in DATASET_NAMES:
-        return None
-    if not is_import_path(name):
-        raise ConfigError("data.name", name, DATASET_ALLOWED)
-    loader = import_object("data.name", name, DATASET_ALLOWED)
-    check_callable_with("data.name", name, loader, ("root", "download"), DATASET_ALLOWED)
-    return loader
 
 
 def load_dataset(name: str, root: str | Path, download: bool = True) -> Dataset:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.data.datasets import Dataset, NaturalClient
+from fedsim.data.dataset_types import Dataset, NaturalClient
 from fedsim.errors import ConfigError
 
 # LEAF's vocabulary (models/utils/language_utils.py). LEAF maps a character with

@@ -92,3 +92,19 @@ def local_epsilon(noise_multiplier: float, rounds_participated: int, delta: floa
     if noise_multiplier == 0:
         return math.inf
     return _epsilon_after(noise_multiplier / 2, 1.0, int(rounds_participated), delta)
+
+
+def participation_epsilon(noise_multiplier: float, participations: int, delta: float) -> float:
+    """Central-DP epsilon of a client in ``participations`` noised server updates, without
+    sampling amplification (asynchronous arrivals are not a sample of the federation).
+
+    Each server update adds noise z C to a sum in which the client's clipped update moves it
+    by at most C (add/remove adjacency), so it is a Gaussian mechanism of multiplier z; the
+    updates it was not part of do not depend on its data. Same RDP accountant.
+    """
+    _check(noise_multiplier, participations, delta)
+    if participations == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return math.inf
+    return _epsilon_after(noise_multiplier, 1.0, int(participations), delta)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.deployment.settings import AttackConfig
+from fedsim.config import AttackConfig
 
 ATTACK_SEED_KEY = 16  # separates the attackers' draw from every other use of the seed
 

@@ -29,10 +29,6 @@ def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
     """ConfigError unless the options make sense together and for ``algorithm``."""
     name = cfg.algorithm.name
     p, a = cfg.privacy, cfg.aggregation
-    if cfg.attack.kind != "none" and getattr(algorithm, "trains_by_exchange", False):
-        raise ConfigError(
-            "attack.kind", cfg.attack.kind, f"{name} trains by gradient exchanges, not uploads"
-        )
     options = non_default_options(cfg)
     if options:
         upload = algorithm.model_upload(algorithm.client_info(0, 0))
@@ -41,8 +37,8 @@ def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
             raise ConfigError(
                 key,
                 value,
-                f"{name} uploads no model update this option could act on; leave it at its "
-                "default (docs/deployment.md lists the algorithms that do)",
+                f"algorithm.name={name} uploads no model update this option could act on; leave "
+                "it at its default (docs/deployment.md lists the algorithms that do)",
             )
         needs_mean = [
             ("aggregation.rule", a.rule, a.rule != "mean"),
@@ -53,8 +49,8 @@ def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
                 raise ConfigError(
                     key,
                     value,
-                    f"{name} has no sum that is a plain mean of one model every client "
-                    "received, so neither a robust rule nor central noise applies",
+                    f"algorithm.name={name} has no sum that is a plain mean of one model every "
+                    "client received, so neither a robust rule nor central noise applies",
                 )
     if p.mode in ("local", "central") and p.clip_norm is None:
         raise ConfigError(
@@ -70,10 +66,11 @@ def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
             "central",
             f"central noise is calibrated to the mean, not to aggregation.rule={a.rule}",
         )
-    _check_rule(a, cohort_size)
+    check_rule(a, cohort_size)
 
 
-def _check_rule(a: Any, n: int) -> None:
+def check_rule(a: Any, n: int) -> None:
+    """ConfigError unless the robust rule can run on ``n`` updates at once."""
     f = a.krum_f
     if a.rule in ("krum", "multikrum") and n <= 2 * f + 2:
         raise ConfigError(

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithms.base import Algorithm, WeightedSum, merge_sums
+from fedsim.algorithms.base import Algorithm
+from fedsim.algorithms.sums import WeightedSum, merge_sums
 from fedsim.deployment.attacks import attackers
 from fedsim.deployment.checks import check_deployment, non_default_options
 from fedsim.deployment.client_stages import ClientUpload, UploadSettings
@@ -23,12 +24,27 @@ from fedsim.deployment.server_stages import add_central_noise, robust_sums
 
 
 class Deployment:
-    """The run's deployment options, checked at construction (one-line ConfigErrors)."""
+    """The run's deployment options, checked at construction (one-line ConfigErrors).
 
-    def __init__(self, cfg: Any, algorithm: Algorithm, num_clients: int, cohort_size: int):
+    ``cohort_size``: the updates the server combines at once (a round's cohort, an
+    asynchronous run's buffer). ``sampled``: whether each server update's clients are a
+    sample of the federation (synchronous rounds: central DP is accounted with sampling
+    amplification at rate cohort / clients); asynchronous arrivals are not, so their central
+    noise is accounted per participation of the most frequent client, without amplification.
+    """
+
+    def __init__(
+        self,
+        cfg: Any,
+        algorithm: Algorithm,
+        num_clients: int,
+        cohort_size: int,
+        *,
+        sampled: bool = True,
+    ):
         check_deployment(cfg, algorithm, cohort_size)
         self.cfg, self.algorithm = cfg, algorithm
-        self.num_clients, self.cohort_size = num_clients, cohort_size
+        self.num_clients, self.cohort_size, self.sampled = num_clients, cohort_size, sampled
         self.active = bool(non_default_options(cfg)) or cfg.attack.kind != "none"
         self.attackers = set(attackers(cfg.attack, num_clients, cfg.seed))
         p, c = cfg.privacy, cfg.compression
@@ -135,7 +151,7 @@ class Deployment:
 
     def privacy_spent(self, round_idx: int) -> dict[str, Any]:
         """``epsilon`` (None where no guarantee holds) after ``round_idx + 1`` rounds."""
-        from fedsim.deployment.accountant import epsilon, local_epsilon
+        from fedsim.deployment.accountant import epsilon, local_epsilon, participation_epsilon
 
         p = self.cfg.privacy
         z = p.noise_multiplier
@@ -143,9 +159,11 @@ class Deployment:
             z = p.sigma / p.clip_norm if p.clip_norm is not None else math.nan
         if math.isnan(z):
             value: float | None = None
-        elif p.mode == "central":
+        elif p.mode == "central" and self.sampled:
             rate = self.cohort_size / max(self.num_clients, 1)
             value = epsilon(z, rate, round_idx + 1, p.delta)
+        elif p.mode == "central":
+            value = participation_epsilon(z, max(self.participation.values(), default=0), p.delta)
         else:
             value = local_epsilon(z, max(self.participation.values(), default=0), p.delta)
         if value is not None and not math.isfinite(value):

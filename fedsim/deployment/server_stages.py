@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import torch
 
 from fedsim.algorithms.base import WeightedSum
+from fedsim.config import AggregationConfig
 from fedsim.deployment import robust
 from fedsim.deployment.privacy import gaussian_noise
-from fedsim.deployment.settings import AggregationConfig
 
 CENTRAL_NOISE_STREAM = 19
 

@@ -8,7 +8,7 @@ pair crosses a process boundary on its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -17,8 +17,17 @@ from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.runtime.curvature import hessian_top_eigenvalue
 from fedsim.runtime.training import gradient_client, seed_torch
 
-if TYPE_CHECKING:
-    from fedsim.runtime.worker import ClientWorker
+
+class ClientWorker(Protocol):
+    """What these functions use of the worker (``fedsim.runtime.worker.ClientWorker``): its
+    module bound to the flat parameter buffer, the layout, the data, the spec, the device."""
+
+    module: Any
+    flat: torch.Tensor
+    layout: Any
+    data: Any
+    spec: Any
+    device: torch.device
 
 
 def task_seed(seed: int, round_idx: int, client: int, kind: int, key: int) -> int:

@@ -52,7 +52,7 @@ def join_or_start_ray(
     if address and address != "local":
         connect_ray(address, connect_timeout_s, key=key, **job)
         return True
-    # A private cluster on loopback: no token auth files (DESIGN.md). Workers at normal
+    # A private cluster on loopback: no token auth files (docs/architecture.md). Workers at normal
     # priority: they are the job (Ray's default nice 15 starves them on a busy machine).
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_worker_niceness", "0")

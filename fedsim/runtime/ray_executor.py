@@ -1,6 +1,6 @@
 """RayExecutor: a pool of long-lived worker actors, each running many clients per round.
 
-DESIGN.md "Runtime rules": no actor per client (an idle actor costs ~0.8 GB and seconds to
+docs/architecture.md, "Runtime": no actor per client (an idle actor costs ~0.8 GB and seconds to
 start), one call per worker per round, parameters as numpy buffers, the dataset in the
 object store once. Each round the cohort is split largest-first across the workers; each
 worker returns one partial aggregate; results come back in worker order, so the reduction

@@ -1,8 +1,8 @@
 """The client work itself: a lean train/evaluate loop over a LightningModule.
 
 The module's own ``configure_optimizers``, ``training_step`` and
-``on_before_optimizer_step`` are called directly (DESIGN.md: a reused Trainer costs
-~10 ms per client, this loop ~1 ms), so model code stays a LightningModule.
+``on_before_optimizer_step`` are called directly (docs/architecture.md, "Runtime": a reused
+Trainer costs ~10 ms per client, this loop ~1 ms), so model code stays a LightningModule.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """When clients of an asynchronous run leave and arrive, in virtual time (pure, no torch).
 
+The buffered round kind (``buffered.py``) asks it for each aggregation; its ``state_dict``
+(the clients in flight, the buffer, the clock) is part of a checkpoint.
+
 A client's round takes ``work x slowdown`` units of virtual time (work: the samples it trains
 on, times the local epochs; slowdown: drawn from ``asynchronous.speeds``). The schedule does
 not depend on what clients compute, so it is fixed by the seed before any training runs:
@@ -20,13 +23,15 @@ slowest client sampled for it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from fedsim.deployment.staleness import VirtualClock
+from fedsim.rounds.staleness import VirtualClock
 
 _DISPATCH_STREAM = 0xA5C  # seeds who fills a free slot, apart from other uses of the seed
 
@@ -113,6 +118,24 @@ class AsyncSchedule:
             flight = Flight(client, self.version, now, arrives, self.step, dropped)
             heapq.heappush(self.in_flight, (arrives, client, self.step, flight))
             self.step += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the schedule stands, as plain numbers (a checkpoint holds it)."""
+        return {
+            "time": self.time,
+            "version": self.version,
+            "step": self.step,
+            "in_flight": [dataclasses.astuple(f) for *_, f in sorted(self.in_flight)],
+            "buffer": [dataclasses.astuple(f) for f in self.buffer],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict()``: the same arrivals and dispatches follow."""
+        self.time, self.version, self.step = state["time"], state["version"], state["step"]
+        flights = [Flight(*row) for row in state["in_flight"]]
+        self.in_flight = [(f.arrives, f.client, f.step, f) for f in flights]
+        heapq.heapify(self.in_flight)
+        self.buffer = [Flight(*row) for row in state["buffer"]]
 
     def next_aggregation(self) -> Aggregation:
         """Advance to the next aggregation: take arrivals until the buffer holds K."""

@@ -22,12 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsim.config.asynchronous import STALE_POLICIES, SpeedSpec, parse_speeds
+
 DISCOUNTS = ("constant", "polynomial", "hinge")
-STALE_POLICIES = ("discount", "drop")
-SPEED_SPECS = (
-    "constant | lognormal:MU,SIGMA (SIGMA >= 0) | uniform:LOW,HIGH (0 < LOW <= HIGH) | "
-    "slow_fraction:FRACTION,FACTOR (0 <= FRACTION <= 1, FACTOR >= 1)"
-)
 _DROPOUT_STREAM = 0x0D0F  # keeps dropout draws apart from other uses of the same seed
 
 
@@ -121,44 +118,6 @@ def buffered_weights(
         return np.zeros_like(weights)
     weights = weights * n / total
     return weights / weights.sum() if normalize else weights
-
-
-@dataclass(frozen=True)
-class SpeedSpec:
-    """A parsed ``async.speeds`` value: distribution name and its parameters."""
-
-    kind: str
-    params: tuple[float, ...] = ()
-
-
-def parse_speeds(spec: str, key: str = "async.speeds") -> SpeedSpec:
-    """Parse ``"lognormal:0,0.5"``-style specs; a bad one raises a one-line ValueError."""
-
-    def bad(why: str) -> ValueError:
-        return ValueError(f"{key}={spec!r}: {why}; allowed: {SPEED_SPECS}")
-
-    if not isinstance(spec, str):
-        raise bad("not a string")
-    kind, _, rest = spec.strip().partition(":")
-    kind = kind.strip()
-    arity = {"constant": 0, "lognormal": 2, "uniform": 2, "slow_fraction": 2}
-    if kind not in arity:
-        raise bad(f"unknown distribution {kind!r}")
-    try:
-        params = tuple(float(p) for p in rest.split(",")) if rest.strip() else ()
-    except ValueError:
-        raise bad("parameters must be numbers") from None
-    if len(params) != arity[kind]:
-        raise bad(f"{kind} takes {arity[kind]} parameters, got {len(params)}")
-    if not all(np.isfinite(params)):
-        raise bad("parameters must be finite")
-    if kind == "lognormal" and params[1] < 0:
-        raise bad("SIGMA must be >= 0")
-    if kind == "uniform" and not 0 < params[0] <= params[1]:
-        raise bad("need 0 < LOW <= HIGH")
-    if kind == "slow_fraction" and not (0 <= params[0] <= 1 and params[1] >= 1):
-        raise bad("need 0 <= FRACTION <= 1 and FACTOR >= 1")
-    return SpeedSpec(kind, params)
 
 
 def draw_slowdowns(spec: str | SpeedSpec, num_clients: int, seed: Sequence[int]) -> np.ndarray:

@@ -1,0 +1,116 @@
+"""Validating a config: a nested dict (YAML + overrides) into a typed ``ExperimentConfig``.
+
+Every error is a one-line ``ConfigError`` naming the dotted key, the value and what is
+allowed. ``algorithm`` holds ``name`` plus that algorithm's own keys (its ``Params``
+dataclass, read from ``fedsim.algorithm_params`` without importing the algorithm).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from fedsim.algorithm_params import params_class
+from fedsim.checks import field_check
+from fedsim.config.experiment import ExperimentConfig
+from fedsim.config.sections import AlgorithmConfig
+from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
+from fedsim.errors import ConfigError
+
+
+def _type_name(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if args:
+        return " or ".join(names.get(a, str(a)) for a in args) + " or null"
+    return names.get(tp, str(tp))
+
+
+_EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(key, value, inner[0])
+    if tp is float and isinstance(value, str) and _EXPONENT_NUMBER.match(value):
+        value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; YAML 1.2 as a number
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(tp)
+    if ok is None or tp is Any:
+        return value
+    if not ok:
+        raise ConfigError(key, value, f"must be {_type_name(tp)}")
+    if tp is float and not math.isfinite(value):
+        raise ConfigError(key, value, "must be a finite number")
+    return float(value) if tp is float else value
+
+
+def build_dataclass(
+    cls: type, raw: dict[str, Any], prefix: str = "", also_allowed: tuple[str, ...] = ()
+) -> Any:
+    """Build ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(prefix.rstrip(".") or "config", raw, "must be a mapping of keys")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            allowed = ", ".join(sorted(fields | set(also_allowed)))
+            raise ConfigError(f"{prefix}{key}", raw[key], f"unknown key (allowed: {allowed})")
+    kwargs = {}
+    for name in fields:
+        if name not in raw:
+            continue
+        tp, value, key = hints[name], raw[name], f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build_dataclass(tp, value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(key, value, tp)
+            rule = field_check(cls, name)
+            if rule is not None and not rule[0](kwargs[name]):
+                raise ConfigError(key, kwargs[name], rule[1])
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
+    """Validate a nested dict into an ExperimentConfig (algorithm params included)."""
+    raw = dict(raw or {})
+    raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
+    algo_raw = raw.pop("algorithm", None) or {}
+    if not isinstance(algo_raw, dict):
+        raise ConfigError("algorithm", algo_raw, "must be a mapping of keys")
+    algo_raw = dict(algo_raw)
+    name = algo_raw.pop("name", AlgorithmConfig.name)
+    if not isinstance(name, str):
+        raise ConfigError("algorithm.name", name, "must be a string")
+    cfg = build_dataclass(ExperimentConfig, raw)
+    if cfg.runtime.executor == "local" and cfg.runtime.workers is not None:
+        raise ConfigError(
+            "runtime.workers",
+            cfg.runtime.workers,
+            "only with runtime.executor=ray (the local executor runs one worker, in this "
+            "process): leave it null",
+        )
+    params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
+    cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    return cfg
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML file (or start from defaults), apply overrides, validate."""
+    raw = {} if path is None else read_yaml_mapping(path)
+    return config_from_dict(apply_overrides(raw, overrides or []))

@@ -1,0 +1,66 @@
+"""The experiment config: the run's own keys and one of each section."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedsim.checks import checked
+from fedsim.config.asynchronous import AsyncConfig
+from fedsim.config.deployment import (
+    AggregationConfig,
+    AttackConfig,
+    CompressionConfig,
+    PrivacyConfig,
+)
+from fedsim.config.sections import (
+    AlgorithmConfig,
+    ClientConfig,
+    DataConfig,
+    ModelConfig,
+    RuntimeConfig,
+    TrackingConfig,
+    is_run_name,
+)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = checked(  # the run folder's name: runs/<name>
+        "experiment",
+        is_run_name,
+        "must be a folder name: no '/' or '\\', not starting with '.', at most 200 bytes",
+    )
+    seed: int = 0  # seeds the partition, the client sampling and the model's initial weights
+    rounds: int = checked(20, lambda v: v >= 1, "must be >= 1")  # communication rounds
+    join_ratio: float = checked(  # share of the clients sampled each round
+        1.0, lambda v: 0 < v <= 1, "must be in (0, 1]"
+    )
+    eval_every: int = checked(  # evaluate every N rounds (and after the last)
+        1, lambda v: v >= 1, "must be >= 1"
+    )
+    checkpoint_every: int = checked(  # save the full state every N rounds and after the last
+        0, lambda v: v >= 0, "must be >= 0 (0: no checkpoints)"
+    )
+    max_failed_fraction: float = checked(  # stop if more of a cohort has non-finite losses
+        0.5, lambda v: 0 <= v <= 1, "must be in [0, 1]"
+    )
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
+        out = dataclasses.asdict(self)
+        params = out["algorithm"].pop("params") or {}
+        out["algorithm"].update(params)
+        return out

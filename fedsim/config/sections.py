@@ -1,0 +1,190 @@
+"""The plain sections of an experiment config: data, model, client, runtime, tracking.
+
+Each range is declared on its field with ``checked`` (fedsim/checks.py), as ``fedsim keys``
+shows; a field's line comment is its description there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedsim.checks import checked
+from fedsim.data.names import dataset_loader
+
+
+def is_run_name(value: str) -> bool:
+    """A run name is one folder under runs/: no separators, no leading dot, printable."""
+    return (
+        bool(value)
+        and value.isprintable()
+        and not value.startswith(".")
+        and not any(sep in value for sep in ("/", "\\", "\0"))
+        and len(value.encode("utf-8", "surrogateescape")) <= 200
+    )
+
+
+def _model_resolves(name: str) -> bool:
+    """A built-in ``model.name``, or a module:Class imported now; ConfigError if it cannot be.
+    (Built-ins are built, and Lightning imported, later: the config check stays fast.)"""
+    from lightning_modules.registry import is_builtin, model_class
+
+    return is_builtin(name) or model_class(name) is not None
+
+
+def _dataset_resolves(name: str) -> bool:
+    """Check ``data.name`` now (built-in or module:function); ConfigError if it cannot be."""
+    dataset_loader(name)
+    return True
+
+
+_PARTITIONS = ("iid", "dirichlet", "pathological", "relabel", "rotation", "clustered")
+
+
+@dataclass
+class PartitionConfig:
+    name: str = checked(  # iid | dirichlet | pathological | relabel | rotation | clustered
+        "dirichlet", lambda v: v in _PARTITIONS, "allowed: " + ", ".join(_PARTITIONS)
+    )
+    alpha: float = checked(  # Dirichlet concentration (dirichlet; clustered: per cluster)
+        0.1, lambda v: v > 0, "must be > 0"
+    )
+    classes_per_client: int = checked(2, lambda v: v >= 1, "must be >= 1")  # k (pathological)
+    # Clusters C of relabel / rotation / clustered (client k in cluster k % C); null: 4 (or
+    # the number of clients if fewer) for relabel and clustered, continuous angles for rotation
+    clusters: int | None = checked(
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the setting's default)"
+    )
+    step: float = checked(  # rotation without clusters: client k turned k * step degrees
+        4.0, math.isfinite, "must be a finite number (degrees)"
+    )
+    base: str = checked(  # the split relabel / rotation start from: iid | dirichlet | pathological
+        "iid",
+        lambda v: v in ("iid", "dirichlet", "pathological"),
+        "allowed: iid, dirichlet, pathological",
+    )
+    sigma: float = checked(  # clustered: clients' spread around their cluster's class mix
+        1.0, lambda v: v > 0, "must be > 0"
+    )
+
+
+@dataclass
+class DataConfig:
+    name: str = checked(  # mnist(-5k), fashion-mnist, cifar10/100, shakespeare, leaf-shakespeare
+        "mnist-5k", _dataset_resolves, "a built-in name or module:function"
+    )
+    root: str = "data"  # folder the datasets are read from (and downloaded to)
+    num_clients: int = checked(20, lambda v: v >= 1, "must be >= 1")  # clients to split into
+    train_ratio: float = checked(  # each client's share for training; the rest is its test
+        0.75, lambda v: 0 < v < 1, "must be in (0, 1)"
+    )
+    download: bool = True  # download a built-in dataset missing under data.root
+    max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
+    )
+    min_samples: int = checked(  # shakespeare: roles with fewer samples are left out
+        64, lambda v: v >= 2, "must be >= 2 (a client needs a train and a test sample)"
+    )
+    max_client_samples: int | None = checked(  # shakespeare: a role's first N samples; null: all
+        None, lambda v: v is None or v >= 2, "must be >= 2 (or null: all of a client's samples)"
+    )
+    plays: int | None = checked(  # shakespeare: the roles come from this many plays, dealt in turn
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the largest roles of any play)"
+    )
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+
+
+@dataclass
+class ModelConfig:
+    name: str = checked(  # the network: fedavg_cnn, resnet18, or your module:Class
+        "fedavg_cnn", _model_resolves, "a built-in name or module:Class"
+    )
+
+
+@dataclass
+class ClientConfig:
+    epochs: int = checked(1, lambda v: v >= 1, "must be >= 1")  # local epochs per round
+    lr: float = checked(0.005, lambda v: v > 0, "must be > 0")  # client SGD learning rate
+    batch_size: int = checked(10, lambda v: v >= 1, "must be >= 1")  # training batch size
+    momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum
+    weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # SGD L2 penalty
+    eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
+    clip_grad_norm: float | None = checked(  # clip each step's gradient to this L2 norm
+        None, lambda v: v is None or v > 0, "must be > 0 (or null: no clipping)"
+    )
+
+
+@dataclass
+class RuntimeConfig:
+    executor: str = checked(  # ray (a pool of worker actors) | local (in this process)
+        "ray", lambda v: v in ("local", "ray"), "allowed: local, ray"
+    )
+    device: str = checked(  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
+        "auto",
+        lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
+        "allowed: auto, cpu, cuda, cuda:N",
+    )
+    # Ray pool size; None: fill the machine (one per CPU, or workers_per_gpu per GPU). Only
+    # with executor=ray: the local executor runs one worker in this process (set: an error).
+    workers: int | None = checked(
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"
+    )
+    cpus_per_worker: float = checked(  # CPUs Ray reserves for each worker actor
+        1.0, lambda v: v > 0, "must be > 0"
+    )
+    gpus_per_worker: float | None = checked(  # None: 1/workers_per_gpu on a GPU cluster, else 0
+        None,
+        lambda v: v is None or v >= 0,
+        "must be >= 0 (fractions allowed; null: by runtime.workers_per_gpu)",
+    )
+    workers_per_gpu: int = checked(  # how many workers share one GPU when gpus_per_worker is None
+        1, lambda v: v >= 1, "must be >= 1"
+    )
+    address: str | None = None  # "auto" or a cluster address; None: RAY_ADDRESS or a local Ray
+    connect_timeout_s: float = checked(  # seconds for the Ray at runtime.address to answer
+        15.0, lambda v: v > 0, "must be > 0"
+    )
+    state_memory_gb: float | None = checked(  # client states in memory beyond it spill to disk
+        None,
+        lambda v: v is None or v >= 0,
+        "must be >= 0 (null: a quarter of the machine's memory)",
+    )
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "fedavg"  # a built-in algorithm (fedsim keys lists them) or module:Class
+    params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
+
+
+@dataclass
+class WandbConfig:
+    """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
+
+    enabled: bool = False  # mirror the run to Weights & Biases
+    project: str = checked(  # the W&B project
+        "fedsim", lambda v: bool(v.strip()), "must be a non-empty string"
+    )
+    entity: str | None = None  # the W&B team or user; null: your default entity
+    group: str | None = None  # runs of one sweep or comparison side by side
+    tags: list[str] = checked(  # W&B run tags
+        predicate=lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
+        allowed="must be a list of strings",
+        factory=list,
+    )
+    mode: str = checked(  # online | offline | disabled; online falls back to offline
+        "online",
+        lambda v: v in ("online", "offline", "disabled"),
+        "allowed: online, offline, disabled",
+    )
+    max_client_series: int = checked(  # per-client accuracy curves for clients 0..N-1
+        20, lambda v: v >= 0, "must be >= 0"
+    )
+
+
+@dataclass
+class TrackingConfig:
+    """``tracking``: where a run is mirrored besides its run folder."""
+
+    wandb: WandbConfig = field(default_factory=WandbConfig)

@@ -1,0 +1,36 @@
+"""Dataset names and the ``data.name`` check, without importing torch (the config check is
+fast): the built-ins, and a user's ``module:function`` loader resolved by import path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fedsim.errors import ConfigError
+from fedsim.plugins import check_callable_with, import_object, is_import_path
+
+IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
+TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
+DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
+
+DATASET_ALLOWED = (
+    f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
+    "fedsim.data.datasets.Dataset such as ImageDataset (called with root= and download= if "
+    "it takes them)"
+)
+
+
+def dataset_loader(name: str) -> Callable[..., Any] | None:
+    """``data.name`` checked: None for a built-in, else the user's loader function.
+
+    A user's loader is ``module:function``; it may take ``root`` (data.root, a Path) and
+    ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
+    Raises ConfigError.
+    """
+    if name in DATASET_NAMES:
+        return None
+    if not is_import_path(name):
+        raise ConfigError("data.name", name, DATASET_ALLOWED)
+    loader = import_object("data.name", name, DATASET_ALLOWED)
+    check_callable_with("data.name", name, loader, ("root", "download"), DATASET_ALLOWED)
+    return loader

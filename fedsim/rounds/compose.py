@@ -1,0 +1,156 @@
+"""The run's round kind, chosen once, and the feature pairs that cannot compose.
+
+``round_kind_name`` is the one place that reads ``Algorithm.trains_by_exchange``:
+
+- ``exchange``: the algorithm trains by gradient exchanges (SP-CACW);
+- ``buffered``: ``asynchronous.enabled`` (FedBuff / FedAsync in virtual time);
+- ``local``: everything else (synchronous rounds of local training).
+
+``check_round_kind`` refuses, in one ConfigError naming both keys, a pair that cannot work
+(docs/architecture.md keeps the whole table); every other pair composes. The deployment
+options' own checks against the algorithm are ``fedsim/deployment/checks.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedsim.algorithms.base import Algorithm
+from fedsim.config import ExperimentConfig
+from fedsim.deployment.driver import Deployment
+from fedsim.errors import ConfigError
+from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
+from fedsim.rounds.exchange import ExchangeRounds
+from fedsim.rounds.kind import RoundKind
+from fedsim.rounds.local import LocalRounds
+from fedsim.rounds.schedule import SyncTimeline, client_work
+from fedsim.rounds.staleness import VirtualClock, default_max_staleness
+
+KINDS = ("local", "exchange", "buffered")
+_SPEED_STREAM = 0x5BEED  # seeds the clients' speeds apart from other uses of the seed
+
+
+def round_kind_name(cfg: ExperimentConfig, algorithm: Algorithm) -> str:
+    """``exchange`` | ``buffered`` | ``local`` (see the module docstring)."""
+    if algorithm.trains_by_exchange:
+        return "exchange"
+    return "buffered" if cfg.asynchronous.enabled else "local"
+
+
+def default_buffer_size(concurrency: int) -> int:
+    """K when ``asynchronous.buffer_size`` is null: half the clients in flight (at least 1)."""
+    return max(1, concurrency // 2)
+
+
+def server_cohort(cfg: ExperimentConfig, kind: str, cohort: int) -> int:
+    """Updates the server combines at once: the round's cohort, or an async run's buffer K."""
+    if kind != "buffered":
+        return cohort
+    a = cfg.asynchronous
+    return a.buffer_size or default_buffer_size(a.concurrency or cohort)
+
+
+def check_round_kind(
+    cfg: ExperimentConfig, algorithm: Algorithm, kind: str, num_clients: int
+) -> None:
+    """ConfigError for a key this kind of round cannot honour (one line, both keys named)."""
+    a, name = cfg.asynchronous, cfg.algorithm.name
+    if kind == "exchange":
+        if a.enabled:
+            raise ConfigError(
+                "asynchronous.enabled",
+                True,
+                f"algorithm.name={name} trains by gradient exchanges, not uploads a late client "
+                "could add to a newer model",
+            )
+        if cfg.attack.kind != "none":
+            raise ConfigError(
+                "attack.kind",
+                cfg.attack.kind,
+                f"algorithm.name={name} trains by gradient exchanges: a peer's gradients are not "
+                "an upload it could corrupt",
+            )
+    if kind != "buffered":
+        if a.dropout > 0:
+            raise ConfigError(
+                "asynchronous.dropout",
+                a.dropout,
+                "only with asynchronous.enabled=true (a synchronous round waits for everyone)",
+            )
+        return
+    upload = algorithm.model_upload(algorithm.client_info(0, 0))
+    if upload is None:
+        raise ConfigError(
+            "asynchronous.enabled",
+            True,
+            f"algorithm.name={name} uploads no model update a late client could add to a newer "
+            "model; "
+            "docs/deployment.md lists the algorithms that do",
+        )
+    if not upload.sums:
+        raise ConfigError(
+            "asynchronous.enabled",
+            True,
+            f"algorithm.name={name} has no sum that is a plain mean of the model it sent, so a "
+            "stale update cannot be moved onto the newest model",
+        )
+    if a.concurrency is not None and a.concurrency > num_clients:
+        raise ConfigError(
+            "asynchronous.concurrency", a.concurrency, f"at most the clients ({num_clients})"
+        )
+    if a.buffer_size is not None and a.buffer_size > num_clients:
+        raise ConfigError(
+            "asynchronous.buffer_size",
+            a.buffer_size,
+            f"at most the clients ({num_clients}): a bigger buffer never fills",
+        )
+
+
+def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[VirtualClock, Any]:
+    """The clients' seeded speeds and each client's round duration in virtual time."""
+    a, n = cfg.asynchronous, len(train_sizes)
+    clock = VirtualClock.from_spec(
+        a.speeds or "constant", n, seed=(cfg.seed, _SPEED_STREAM), dropout=a.dropout
+    )
+    return clock, clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+
+
+def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, cohort: int) -> AsyncPlan:
+    """The run's asynchronous settings resolved (speeds drawn, K, C, the stale threshold)."""
+    a = cfg.asynchronous
+    clock, durations = virtual_clock(cfg, train_sizes)
+    concurrency = a.concurrency or cohort
+    return AsyncPlan(
+        clock=clock,
+        durations=durations,
+        concurrency=concurrency,
+        buffer_size=a.buffer_size or default_buffer_size(concurrency),
+        max_staleness=a.max_staleness or default_max_staleness(durations),
+        stale_policy=a.stale,
+        discount=a.staleness_discount,
+        exponent=a.staleness_exponent,
+        seed=cfg.seed,
+    )
+
+
+def build_round_kind(
+    cfg: ExperimentConfig,
+    algorithm: Algorithm,
+    kind: str,
+    deployment: Deployment,
+    train_sizes: np.ndarray,
+    cohort: int,
+    sample_cohort: Callable[[int], list[int]],
+) -> RoundKind:
+    """The round kind ``kind`` for this run (checked by ``check_round_kind`` first)."""
+    if kind == "exchange":
+        return ExchangeRounds(algorithm, cfg.seed, cfg.client.lr, cfg.client.batch_size)
+    if kind == "buffered":
+        return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, cohort))
+    timeline = None
+    if cfg.asynchronous.speeds is not None:  # a synchronous run on the virtual clock
+        timeline = SyncTimeline(virtual_clock(cfg, train_sizes)[1], sample_cohort)
+    return LocalRounds(algorithm, deployment, timeline)
