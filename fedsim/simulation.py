@@ -54,7 +54,7 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
     if dataset is None:
         dataset = cached_dataset(d.name, d.root, d.download)
     return build_federated_data(
-        stratified_subset(dataset, d.max_samples),
+        stratified_subset(dataset.normalized(d.normalize), d.max_samples),
         d.num_clients,
         d.partition.name,
         alpha=d.partition.alpha,
@@ -72,11 +72,15 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
 
 
 def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
+    """What the model is built with: its data's shapes, the client's SGD settings, and
+    ``model.hidden`` when set."""
+    hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
     return {
         **data.dataset.model_kwargs(),  # images: in_channels, image_size; text: vocab_size, seq_len
         "lr": cfg.client.lr,
         "momentum": cfg.client.momentum,
         "weight_decay": cfg.client.weight_decay,
+        **hidden,
     }
 
 

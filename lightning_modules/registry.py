@@ -7,7 +7,7 @@ checked without it, and Lightning comes in when a model is built.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lightning_modules.base import FLModule
@@ -16,6 +16,7 @@ MODELS: dict[str, str] = {
     "fedavg_cnn": "lightning_modules.cnn:FedAvgCNN",
     "resnet18": "lightning_modules.resnet:ResNet18",
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
+    "mlp": "lightning_modules.mlp:MLP",
 }
 MODEL_NAMES = tuple(MODELS)
 ALLOWED = (
@@ -43,16 +44,24 @@ def model_class(name: str) -> type[FLModule]:
     return cls
 
 
-def build_model(name: str, **kwargs: float) -> FLModule:
+def build_model(name: str, **kwargs: Any) -> FLModule:
     """Build model ``name`` with the shape keywords its data implies (images: in_channels,
-    num_classes, image_size; text: vocab_size, seq_len, num_classes) and lr/momentum/wd.
-    Raises ConfigError if the model takes none of those shape keywords (wrong kind of data)."""
+    num_classes, image_size; text: vocab_size, seq_len, num_classes), lr/momentum/wd and,
+    if given, ``hidden`` (model.hidden). Raises ConfigError if the model takes none of those
+    shape keywords (wrong kind of data), or ``hidden`` when it has no such argument."""
     import inspect
 
     from fedsim.errors import ConfigError
 
     cls = model_class(name)
     params = inspect.signature(cls.__init__).parameters
+    if "hidden" in kwargs and "hidden" not in params:
+        raise ConfigError(
+            "model.hidden",
+            list(kwargs["hidden"]),
+            f"{name} takes no hidden layer sizes (only a model with a hidden argument, such "
+            "as mlp, does); leave it null",
+        )
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         missing = [k for k in kwargs if k not in params]
         if missing:

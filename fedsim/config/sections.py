@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsim.checks import checked
-from fedsim.data.names import dataset_loader
+from fedsim.data.names import NORMALIZATIONS, dataset_loader
 
 
 def is_run_name(value: str) -> bool:
@@ -80,6 +80,9 @@ class DataConfig:
         0.75, lambda v: 0 < v < 1, "must be in (0, 1)"
     )
     download: bool = True  # download a built-in dataset missing under data.root
+    normalize: str = checked(  # pixels: pfllib (x-0.5)/0.5 | standard (published mean, std) | none
+        "pfllib", lambda v: v in NORMALIZATIONS, "allowed: " + ", ".join(NORMALIZATIONS)
+    )
     max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
     )
@@ -97,8 +100,20 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = checked(  # the network: fedavg_cnn, resnet18, or your module:Class
+    name: str = checked(  # the network: fedavg_cnn, resnet18, char_lstm, mlp, or module:Class
         "fedavg_cnn", _model_resolves, "a built-in name or module:Class"
+    )
+    hidden: list[int] | None = checked(  # hidden layer sizes (mlp: [200, 200]); null: the model's
+        None,
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, list)
+                and len(v) > 0
+                and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in v)
+            )
+        ),
+        "a non-empty list of integers >= 1 (or null: the model's default)",
     )
 
 

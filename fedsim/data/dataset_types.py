@@ -3,11 +3,23 @@ its image implementation ``ImageDataset``; token sequences are in ``text.py``.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
+from fedsim.data.names import NORMALIZATIONS
+from fedsim.errors import ConfigError
+
+# data.normalize=standard: each dataset's published per-channel mean and std of x / 255
+PUBLISHED_MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "mnist-5k": ((0.1307,), (0.3081,)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
 
 
 @dataclass(frozen=True)
@@ -59,15 +71,33 @@ class Dataset:
         Raises ValueError if they do not fit."""
         raise NotImplementedError
 
+    def normalized(self, mode: str) -> Dataset:
+        """The same samples, their batches normalized as ``data.normalize`` says. Only image
+        datasets have a choice: any other kind refuses all but the default (ConfigError)."""
+        if mode != NORMALIZATIONS[0]:
+            raise ConfigError(
+                "data.normalize",
+                mode,
+                f"applies to image datasets only; {self.name} is not one: leave it "
+                f"{NORMALIZATIONS[0]}",
+            )
+        return self
+
 
 @dataclass(frozen=True)
 class ImageDataset(Dataset):
-    """A whole image dataset in memory: uint8 images (N, C, H, W) and int64 labels (N,)."""
+    """A whole image dataset in memory: uint8 images (N, C, H, W) and int64 labels (N,).
+
+    ``normalize`` (``data.normalize``) is how a batch's pixels x (0..255) become floats:
+    ``pfllib`` (x / 127.5 - 1, i.e. PFLlib's Normalize(0.5, 0.5): in [-1, 1]), ``standard``
+    ((x / 255 - mean) / std per channel, the dataset's published values) or ``none`` (x / 255).
+    """
 
     name: str
     images: np.ndarray
     labels: np.ndarray
     num_classes: int
+    normalize: str = NORMALIZATIONS[0]
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.images.dtype != np.uint8:
@@ -78,6 +108,8 @@ class ImageDataset(Dataset):
             raise ValueError(
                 f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images"
             )
+        if self.normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {self.normalize}")
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -97,11 +129,34 @@ class ImageDataset(Dataset):
         return int(self.images.shape[2])
 
     def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images as float32 (B, C, H, W) normalized with mean = std = 0.5, and int64 labels."""
+        """Images as float32 (B, C, H, W) normalized as ``normalize`` says, and int64 labels."""
         indices = np.asarray(indices, dtype=np.int64)
         images = torch.from_numpy(self.images[indices]).to(torch.float32)
-        images.div_(127.5).sub_(1.0)
+        if self.normalize == "pfllib":
+            images.div_(127.5).sub_(1.0)
+        else:
+            images.div_(255.0)
+            if self.normalize == "standard":
+                mean, std = PUBLISHED_MEAN_STD[self.name]
+                shape = (1, len(mean), 1, 1)
+                images.sub_(torch.tensor(mean).view(shape)).div_(torch.tensor(std).view(shape))
         return images, torch.from_numpy(self.labels[indices])
+
+    def normalized(self, mode: str) -> ImageDataset:
+        """These images with batches normalized by ``mode`` (``data.normalize``); the arrays
+        are shared, not copied. ``standard`` needs the dataset's published mean and std
+        (ConfigError for a dataset without them)."""
+        if mode not in NORMALIZATIONS:
+            raise ConfigError("data.normalize", mode, f"allowed: {', '.join(NORMALIZATIONS)}")
+        stats = PUBLISHED_MEAN_STD.get(self.name)
+        if mode == "standard" and (stats is None or len(stats[0]) != self.in_channels):
+            known = ", ".join(PUBLISHED_MEAN_STD)
+            raise ConfigError(
+                "data.normalize",
+                mode,
+                f"no published mean and std for {self.name} (known: {known}); use pfllib or none",
+            )
+        return self if mode == self.normalize else replace(self, normalize=mode)
 
     def model_kwargs(self) -> dict[str, int]:
         return {
@@ -112,7 +167,7 @@ class ImageDataset(Dataset):
 
     def subset(self, indices: np.ndarray) -> ImageDataset:
         indices = np.asarray(indices, dtype=np.int64)
-        return ImageDataset(self.name, self.images[indices], self.labels[indices], self.num_classes)
+        return replace(self, images=self.images[indices], labels=self.labels[indices])
 
     def concat(self, other: Dataset) -> ImageDataset:
         if not isinstance(other, ImageDataset) or other.images.shape[1:] != self.images.shape[1:]:
@@ -121,9 +176,8 @@ class ImageDataset(Dataset):
                 f"{other.name} images are {shape}, {self.name} images are "
                 f"{self.images.shape[1:]}: they must have the same shape"
             )
-        return ImageDataset(
-            self.name,
-            np.concatenate([self.images, other.images]),
-            np.concatenate([self.labels, other.labels]),
-            self.num_classes,
+        return replace(
+            self,
+            images=np.concatenate([self.images, other.images]),
+            labels=np.concatenate([self.labels, other.labels]),
         )

@@ -13,6 +13,7 @@ each cluster draws a class distribution, each client draws its own around it (no
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,7 @@ def transform_federation(
             client_clusters=membership.tolist(),
             permutations=perms.tolist(),
         )
-        return ImageDataset(dataset.name, dataset.images, labels, dataset.num_classes), info
+        return replace(dataset, labels=labels), info
     angles = rotation_angles(num_clients, step, clusters)
     images = dataset.images.copy()
     for angle in np.unique(angles):
@@ -150,7 +151,7 @@ def transform_federation(
         membership = client_clusters(num_clients, clusters)
         info.update(clusters=clusters, assignment=ASSIGNMENT, client_clusters=membership.tolist())
     info["angles"] = angles.tolist()
-    return ImageDataset(dataset.name, images, dataset.labels, dataset.num_classes), info
+    return replace(dataset, images=images), info
 
 
 def partition_clustered(

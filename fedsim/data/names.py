@@ -12,6 +12,9 @@ from fedsim.plugins import check_callable_with, import_object, is_import_path
 IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
 TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
+# data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
+# none (x / 255); fedsim/data/dataset_types.py
+NORMALIZATIONS = ("pfllib", "standard", "none")
 
 DATASET_ALLOWED = (
     f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
