@@ -15,6 +15,20 @@ from typing import Any
 import numpy as np
 import torch
 
+GRAM_CHUNK = 8192  # columns per float32 product of ``gram``
+
+
+def gram(stack: torch.Tensor) -> torch.Tensor:
+    """S S^T (float64) of an (R, P) float32 stack: float32 products of ``GRAM_CHUNK`` columns
+    at a time, summed in float64 (as fast as one float32 product, ~25x closer to the exact
+    value on 0.2 M columns). What a stacked task's ``gram`` is; SP-CACW's own Gram matrices
+    are computed the same way."""
+    out = torch.zeros(stack.shape[0], stack.shape[0], dtype=torch.float64)
+    for start in range(0, stack.shape[1], GRAM_CHUNK):
+        chunk = stack[:, start : start + GRAM_CHUNK]
+        out += (chunk @ chunk.T).double()
+    return out
+
 
 @dataclass
 class GradientTask:
@@ -29,7 +43,11 @@ class GradientTask:
     Stacked form (``stack`` set): ``broadcast[stack]`` is an (R, P) stack of parameter
     vectors, shipped once per worker; the task computes one gradient per ``(row, indices)``
     entry of ``at`` (the gradient at row ``row`` on those samples), all in this one task, and
-    its output's ``gradient`` is the (len(at), P) stack of them, ``losses`` one per entry.
+    its output's ``gradient`` is the (len(at), P) stack of them, ``losses`` one per entry;
+    with ``gram`` its ``gram`` is the stack's Gram matrix G G^T (``gram`` below, float64).
+    Entries at one row with equal sample counts are computed together (one ``vmap``), so
+    several clients' minibatches at one model (SP-CACW: all peers at a target's model) are
+    one task.
     """
 
     client: int
@@ -41,6 +59,7 @@ class GradientTask:
     tag: Any = None  # returned as is, to match outputs to requests
     stack: str | None = None  # broadcast key of an (R, P) parameter stack
     at: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (row, samples) per gradient
+    gram: bool = False  # stacked form: also return the (len(at), len(at)) Gram matrix
 
 
 @dataclass
@@ -66,7 +85,8 @@ class CurvatureTask:
 @dataclass
 class TaskOutput:
     """What a gradient or curvature task gave: the ``gradient`` (a stack for a stacked task),
-    the mean ``loss`` on ``num_samples`` (``losses`` per stacked entry), the ``eigenvalue``.
+    the mean ``loss`` on ``num_samples`` (``losses`` per stacked entry), the ``eigenvalue``,
+    the stack's ``gram`` if asked.
 
     From the Ray pool ``gradient`` is a read-only view of the transfer buffer (no copy of
     the targets x peers gradients on the driver): read it, never write into it."""
@@ -78,3 +98,4 @@ class TaskOutput:
     num_samples: int = 0
     losses: list[float] | None = None
     eigenvalue: float | None = None
+    gram: torch.Tensor | None = None  # stacked task with ``gram``: G G^T of ``gradient``

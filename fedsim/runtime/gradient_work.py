@@ -1,9 +1,12 @@
 """A worker's gradient-only work: stacked gradient tasks and curvature tasks.
 
 ``ClientWorker`` calls these for ``GradientTask`` (stacked form) and ``CurvatureTask``
-(``fedsim.gradient_tasks``). A stacked task computes every gradient one client owes in a step
-(one per target model in the broadcast stack) in one call, so nothing per (target, peer)
-pair crosses a process boundary on its own.
+(``fedsim.gradient_tasks``). A stacked task computes every gradient of its ``at`` entries in
+one call, so nothing per entry crosses a process boundary on its own. Entries at one model
+row with equal sample counts are one ``torch.func.vmap`` of ``grad`` over their minibatches
+(``batched_gradients``), when the model allows it (no buffers, no dropout, no recurrent
+layers: ``vmappable``); otherwise, entry after entry. Both depend on the task alone, never on
+the worker or on the other tasks, so every executor gives the same bits.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from torch import nn
 
-from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
+from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput, gram
 from fedsim.runtime.curvature import hessian_top_eigenvalue
 from fedsim.runtime.training import gradient_client, seed_torch
 
@@ -28,11 +32,12 @@ class ClientWorker(Protocol):
     data: Any
     spec: Any
     device: torch.device
+    vmappable: bool  # the module allows batched gradients (``vmappable``)
 
 
-def task_seed(seed: int, round_idx: int, client: int, kind: int, key: int) -> int:
-    """Randomness of one task: (seed, round, client, kind, key), never the worker."""
-    return int(np.random.SeedSequence([seed, round_idx, client, kind, key]).generate_state(1)[0])
+def task_seed(seed: int, round_idx: int, client: int, kind: int, *key: int) -> int:
+    """Randomness of one task: (seed, round, client, kind, key...), never the worker."""
+    return int(np.random.SeedSequence([seed, round_idx, client, kind, *key]).generate_state(1)[0])
 
 
 def task_samples(
@@ -47,39 +52,99 @@ def task_samples(
     return samples
 
 
+_RANDOM_OR_STATEFUL = (nn.modules.dropout._DropoutNd, nn.RNNBase, nn.modules.batchnorm._NormBase)
+
+
+def vmappable(module: nn.Module) -> bool:
+    """Whether per-entry gradients may be one vmap: the model has no buffers (running
+    statistics), no dropout and no recurrent layers (fused kernels without batching rules)."""
+    if next(module.buffers(), None) is not None:
+        return False
+    return not any(isinstance(m, _RANDOM_OR_STATEFUL) for m in module.modules())
+
+
+def batched_gradients(
+    worker: ClientWorker, samples: list[np.ndarray], train_mode: bool
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Gradients of the mean CE loss on each of ``samples`` (equal sizes) at the module's
+    current parameters, as one ``vmap(grad)``: ({name: (E, *shape)}, losses (E,))."""
+    module = worker.module
+    module.train(train_mode)
+    params = {name: p.detach() for name, p in module.named_parameters()}
+    n = len(samples[0])
+    x, y = worker.data.batch(np.concatenate(samples))
+    # a fresh contiguous buffer: the same strides (so the same kernels) on every worker
+    shape = (len(samples), n, *x.shape[1:])
+    x = torch.empty(shape, dtype=x.dtype).copy_(x.reshape(shape))
+    y = y.view(len(samples), n)
+    if worker.device.type != "cpu":
+        x, y = x.to(worker.device), y.to(worker.device)
+
+    def loss(p: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        logits = torch.func.functional_call(module, p, (xs,))
+        return nn.functional.cross_entropy(logits, ys, reduction="sum") / n
+
+    grads, losses = torch.func.vmap(torch.func.grad_and_value(loss), in_dims=(None, 0, 0))(
+        params, x, y
+    )
+    return grads, losses
+
+
 def stacked_gradients(
     worker: ClientWorker, round_idx: int, broadcast: dict[str, Any], task: GradientTask
 ) -> TaskOutput:
-    """One gradient per ``(row, samples)`` of ``task.at``, at ``broadcast[task.stack][row]``."""
+    """One gradient per ``(row, samples)`` of ``task.at``, at ``broadcast[task.stack][row]``;
+    with ``task.gram`` also their Gram matrix (``fedsim.gradient_tasks.gram``).
+    Entries with one row and sample count are one ``batched_gradients`` call."""
     stack = broadcast[task.stack]
-    grads = torch.empty(len(task.at), worker.flat.numel(), dtype=torch.float32)  # all rows set
-    losses, count = [], 0
-    grad = torch.zeros_like(worker.flat)
-    for i, (row, samples) in enumerate(task.at):
-        samples = np.asarray(samples, dtype=np.int64)
+    n_entries = len(task.at)
+    losses = [0.0] * n_entries
+    groups: dict[tuple[int, int], list[int]] = {}
+    for j, (row, samples) in enumerate(task.at):
+        size = len(samples)
+        if worker.vmappable and 0 < size <= worker.spec.eval_batch_size:
+            groups.setdefault((row, size), []).append(j)
+        else:
+            groups.setdefault((row, -1 - j), []).append(j)  # one at a time
+    grads = None
+    if len(groups) != 1 or next(iter(groups))[1] < 0:
+        grads = torch.empty(n_entries, worker.flat.numel(), dtype=torch.float32)  # all rows set
+    for (row, size), entries in groups.items():
         worker.flat.copy_(stack[row])
-        seed_torch(task_seed(worker.spec.seed, round_idx, task.client, 4, row), worker.device)
-        losses.append(
-            gradient_client(
-                worker.module,
-                worker.data,
-                samples,
-                grad,
-                worker.layout,
-                batch_size=worker.spec.eval_batch_size,
-                train_mode=task.train_mode,
-                device=worker.device,
-            )
+        if size > 0:
+            samples = [np.asarray(task.at[j][1], dtype=np.int64) for j in entries]
+            parts, values = batched_gradients(worker, samples, task.train_mode)
+            # the parameters in layout order (no buffers: ``vmappable``), one row per entry
+            rows = torch.cat([v.reshape(len(entries), -1) for v in parts.values()], 1).cpu()
+            if grads is None:
+                grads = rows  # one group holding every entry, in order
+            else:
+                grads.index_copy_(0, torch.tensor(entries), rows)
+            for j, value in zip(entries, values.tolist(), strict=True):
+                losses[j] = value
+            continue
+        (j,) = entries
+        seed_torch(task_seed(worker.spec.seed, round_idx, task.client, 4, row, j), worker.device)
+        grad = torch.zeros_like(worker.flat)
+        losses[j] = gradient_client(
+            worker.module,
+            worker.data,
+            np.asarray(task.at[j][1], dtype=np.int64),
+            grad,
+            worker.layout,
+            batch_size=worker.spec.eval_batch_size,
+            train_mode=task.train_mode,
+            device=worker.device,
         )
-        grads[i] = grad.to("cpu")
-        count += len(samples)
+        grads[j] = grad.to("cpu")
     return TaskOutput(
         client=task.client,
         tag=task.tag,
         gradient=grads,
         loss=float(np.mean(losses)) if losses else None,
-        num_samples=count,
+        num_samples=sum(len(samples) for _, samples in task.at),
         losses=losses,
+        gram=gram(grads) if task.gram else None,
     )
 
 

@@ -25,7 +25,7 @@ from fedsim.deployment.client_stages import (
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
-from fedsim.runtime.gradient_work import curvature, stacked_gradients
+from fedsim.runtime.gradient_work import curvature, stacked_gradients, vmappable
 from fedsim.runtime.training import (
     EvalResult,
     evaluate_client,
@@ -117,6 +117,7 @@ class ClientWorker:
         module = build_model(spec.model_name, **spec.model_kwargs).to(self.device)
         self.module = module
         self.flat, self.layout = bind_flat_parameters(module)  # on self.device
+        self.vmappable = vmappable(module)  # stacked gradient tasks batch their entries
         self.algorithm = spec.algorithm
         self.class_counts = data.class_counts("train")
         self.train_sizes = data.train_sizes()
