@@ -12,6 +12,7 @@ from fedsim.checks import checked
 SOLVERS = ("ftal", "pgd")
 VARIANCE_TERMS = ("raw", "centred")
 BIAS_TERMS = ("quadratic", "linear")
+L_HISTORIES = ("current", "per_step")
 
 
 def _is_int(value: Any) -> bool:
@@ -63,11 +64,16 @@ class SPCACWParams(AlgorithmParams):
         "onehot", lambda v: v in ("onehot", "uniform"), "allowed: onehot, uniform"
     )
     reg: bool = False  # add lambda_reg sum alpha^3 (the seed's "SP-CACW reg")
-    gamma: float = checked(  # lambda_reg = gamma * ||var(g^(0))||^2
-        1.0, lambda v: v >= 0, "must be >= 0"
+    gamma: Any = checked(  # lambda_reg = gamma ||var(g^(0))||^2; paper: 1/((8 + 2 L eta) g_max^2)
+        1.0,
+        lambda v: v == "paper" or (_is_number(v) and math.isfinite(v) and v >= 0),
+        "a number >= 0, or paper (1 / ((8 + 2 L eta) g_max^2))",
     )
     L: float | None = checked(  # fixed smoothness constant; null: estimate it by HVPs
         None, lambda v: v is None or v > 0, "null (estimate) or > 0"
+    )
+    L_history: str = checked(  # current: latest L x the whole sum | per_step: L_t eta per step
+        "current", lambda v: v in L_HISTORIES, f"allowed: {', '.join(L_HISTORIES)}"
     )
     lipschitz_every: int = checked(  # re-estimate L every N rounds (epochs)
         1, lambda v: v >= 1, "must be an integer >= 1"

@@ -5,8 +5,10 @@ g_t^(i): every participating peer i (the target too) returns a stochastic gradie
 loss at the TARGET's parameters w_{t-1} (``client.batch_size`` samples). One round is one
 pass of the target over its own train data (``steps_per_round=epoch``), each step one
 gradient exchange through ``train_round`` (``ExchangeRound.exchange``): one stacked
-``GradientTask`` per peer computing its gradients at every target's model (targets side by
-side), so a worker returns all its clients' gradients of a step together.
+``GradientTask`` per target holding every joining peer's minibatch at the target's model
+(targets side by side), which a worker computes as one ``vmap`` over the peers and returns
+with the gradients' Gram matrix. A target's task does not depend on the other targets, so a
+target computes the same bits alone or beside others, on any executor.
 
 Per target (every quantity below is the target's own):
 - bias estimates b~_t^(i) = g_t^(i) - g_t^(0), EMA b^_t = (1 - beta_t) b^_{t-1} + beta_t b~_t
@@ -25,6 +27,10 @@ Per target (every quantity below is the target's own):
   on the simplex) instead of ||sum_i alpha_i b^_t^(i)||^2, i.e. F = diag(A)^T alpha +
   alpha^T L V alpha. Both together give the objective the seed's closed-form weights
   alpha_i = [(lambda - C1 ||b_i||^2) / (2 C2 sigma_i^2)]_+ minimise;
+- ``L_history``: ``current`` (default) multiplies the whole sum V by the latest L at solve
+  time; ``per_step`` adds each step's L eta G_t G_t^T as the sum runs (L of that round);
+- ``gamma``: a constant, or ``paper``: 1 / ((8 + 2 L eta) g_max^2), g_max the largest
+  gradient norm (any peer's, at the target's model) seen so far;
 - alpha on the simplex: ``ftal`` (default) follows the approximate leader, the minimiser of
   F (the losses built from the estimates b^ stand in for the unobservable bias);
   ``pgd`` takes one projected gradient step on F per update. ``update_every=epoch``
@@ -46,13 +52,13 @@ first few targets, ``alpha_zero`` (mean number of peers with alpha exactly 0 per
 ``lipschitz``, ``bias_term`` and ``variance_term`` (alpha^T A alpha and alpha^T L V alpha per
 accumulated step, mean over targets); clients.csv's ``weight``: the mean alpha a client
 gets over the targets. Figure ``spcacw_alpha.png``: alpha over rounds per target, peers
-coloured by true cluster where the partition has clusters.
+coloured by true cluster where the partition has clusters. The per-target bookkeeping is in
+``spcacw_estimates.py``, the report and figure in ``spcacw_report.py``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -71,14 +77,21 @@ from fedsim.algorithms.base import (
     ServerState,
 )
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.simplex import projected_gradient_step, solve_leader
+from fedsim.algorithms.spcacw_estimates import (
+    TargetMoments,
+    apply_step,
+    beta_at,
+    centred_update,
+    quadratic_and_linear,
+    solve,
+)
+from fedsim.algorithms.spcacw_report import alpha_figures, round_report
 from fedsim.errors import ConfigError
-from fedsim.figures import Figure, Panel
-from fedsim.gradient_tasks import CurvatureTask, GradientTask
+from fedsim.figures import Figure
+from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 
-ALPHA_SERIES_TARGETS = 4  # targets whose alpha per peer become numeric series (W&B)
-FIGURE_TARGETS = 4  # targets drawn in spcacw_alpha.png
-ALPHA_PNG = "spcacw_alpha.png"
+__all__ = ["SPCACW", "SPCACWParams", "beta_at", "centred_update", "draw_participation"]
+_Moments = TargetMoments  # the name the tests knew
 
 
 def _is_int(value: Any) -> bool:
@@ -97,32 +110,6 @@ def target_list(value: Any, num_clients: int) -> list[int]:
             f"client ids must be in [0, {num_clients - 1}] (data.num_clients={num_clients})",
         )
     return targets
-
-
-def ema_update(estimate: torch.Tensor, observed: torch.Tensor, rate: float) -> torch.Tensor:
-    """(1 - rate) estimate + rate observed (in place on ``estimate``)."""
-    return estimate.mul_(1.0 - rate).add_(observed, alpha=rate)
-
-
-def beta_at(beta: Any, step: int) -> float:
-    """beta_t: 1/t for ``1/t`` (t >= 1), else the constant."""
-    return 1.0 / step if beta == "1/t" else float(beta)
-
-
-def centred_update(
-    mean: torch.Tensor, grads: torch.Tensor, rate: float, *, first: bool
-) -> tuple[torch.Tensor, float]:
-    """One step of the centred variance term: (r, 1 - rate) with r = g - m_{t-1}, the
-    innovation of each peer's gradient against its running mean before this step; then
-    m_t = m_{t-1} + rate r (in place on ``mean``). The step's term is (1 - rate) r r^T
-    (Welford: with rate 1/t these add up to sum_t (g_t - gbar)(g_t - gbar)^T exactly).
-    The first step sets m_1 = g_1 and adds nothing, whatever the rate."""
-    if first:
-        mean.copy_(grads)
-        return grads, 0.0
-    residual = grads - mean
-    mean.add_(residual, alpha=rate)
-    return residual, 1.0 - rate
 
 
 def draw_participation(rng_key: list[int], p: float) -> bool:
@@ -153,7 +140,7 @@ class SPCACW(Algorithm):
         if self.params.init == "onehot":
             alpha[:] = 0.0
             alpha[np.arange(targets), self.targets] = 1.0
-        return {
+        state = {
             "models": initial_params.unsqueeze(0).repeat(targets, 1),
             "initial": initial_params.clone(),
             "alpha": alpha,
@@ -164,7 +151,14 @@ class SPCACW(Algorithm):
             "terms": np.zeros(targets, dtype=np.int64),  # steps accumulated in A and V
             "lipschitz": np.full(targets, np.nan),
             "alpha_history": np.zeros((0, targets, m)),
-        } | ({"grad_mean": torch.zeros(targets, m, p)} if self.centred else {})
+        }
+        if self.centred:
+            state["grad_mean"] = torch.zeros(targets, m, p)
+        if self.params.L_history == "per_step":
+            state["variance_gram"] = np.zeros((targets, m, m))  # sum L_t eta G_t G_t^T
+        if self.params.reg and self.params.gamma == "paper":
+            state["g_max"] = np.zeros(targets)
+        return state
 
     def broadcast(self, state: ServerState) -> dict[str, Any]:
         return {"models": state["models"], "initial": state["initial"]}
@@ -195,27 +189,30 @@ class SPCACW(Algorithm):
         eta = context.lr if params.lr is None else params.lr
         batches = [self.target_batches(context, client) for client in self.targets]
         self.refresh_lipschitz(state, context)
-        moments = [_Moments() for _ in self.targets]
+        moments = [TargetMoments() for _ in self.targets]
+        scratch = torch.empty(state["bias"].shape[1:])  # b~ of one target, every step
         losses: list[float] = []
         pairs, solver_seconds = 0, 0.0
         for step in range(max(len(b) for b in batches)):
             active = [k for k in range(len(self.targets)) if step < len(batches[k])]
             tasks, counted = self.step_tasks(context, step, active, batches)
             pairs += counted
-            outputs = context.exchange(tasks, {"models": state["models"]})
-            grads = self.gather(outputs, active, state["models"].shape[1])
-            for k in active:
-                losses.append(self.own_loss(outputs, k))
-                self.apply_step(state, k, grads[k], eta, moments[k])
+            for output in context.exchange(tasks, {"models": state["models"]}):
+                k = output.tag[0]
+                grads, grads_gram = self.gather(output)
+                losses.append(self.own_loss(output))
+                apply_step(
+                    params, state, k, self.targets[k], grads, eta, moments[k],
+                    grads_gram=grads_gram, scratch=scratch,
+                )  # fmt: skip
                 if params.update_every == "step":
-                    solver_seconds += self.solve(state, k, moments[k])
+                    solver_seconds += solve(params, state, k, moments[k], eta)
         if params.update_every == "epoch":
             for k in range(len(self.targets)):
-                solver_seconds += self.solve(state, k, moments[k])
+                solver_seconds += solve(params, state, k, moments[k], eta)
         state["alpha_history"] = np.concatenate([state["alpha_history"], state["alpha"][None]])
         self.solver_seconds = solver_seconds  # wall-clock: not in the (reproducible) record
-        report = self.report(state, losses, pairs, m)
-        return state, report
+        return state, round_report(params, self.targets, state, losses, pairs, m)
 
     def target_batches(self, context: ExchangeRound, client: int) -> list[np.ndarray]:
         """The target's minibatches this round: shuffled passes over its train split."""
@@ -247,14 +244,14 @@ class SPCACW(Algorithm):
         active: list[int],
         batches: list[list[np.ndarray]],
     ) -> tuple[list[GradientTask], int]:
-        """One stacked task per client owing gradients this step; and the (target, peer)
-        pairs that crossed the network (the target's own gradient does not)."""
-        at: dict[int, list[tuple[int, np.ndarray]]] = {}
-        rows: dict[int, list[int]] = {}
-        pairs = 0
+        """One stacked task per active target: every joining peer's minibatch (the target's
+        own included) at the target's model, tagged (k, peers); and the (target, peer) pairs
+        that crossed the network (the target's own gradient does not)."""
+        tasks, pairs = [], 0
         p = self.params.participation
         for k in active:
             target = self.targets[k]
+            peers, at = [], []
             for peer in range(self.federation.num_clients):
                 if peer == target:
                     samples = batches[k][step]
@@ -263,80 +260,46 @@ class SPCACW(Algorithm):
                     pairs += 1
                 else:
                     continue
-                at.setdefault(peer, []).append((k, samples))
-                rows.setdefault(peer, []).append(k)
-        tasks = [
-            GradientTask(client=peer, stack="models", at=at[peer], tag=rows[peer])
-            for peer in sorted(at)
-        ]
+                peers.append(peer)
+                at.append((k, samples))
+            raw = not self.centred  # the raw variance term's G G^T comes with the gradients
+            tasks.append(GradientTask(target, stack="models", at=at, tag=(k, peers), gram=raw))
         return tasks, pairs
 
-    def gather(self, outputs: list[Any], active: list[int], size: int) -> dict[int, torch.Tensor]:
-        """Per active target, the M x P stack of this step's gradients g~ (absent: 0, peers'
-        scaled by 1 / p)."""
+    def gather(self, output: TaskOutput) -> tuple[torch.Tensor, np.ndarray | None]:
+        """The target's M x P stack of this step's gradients g~ (absent peers: 0, peers'
+        scaled by 1 / p) and its Gram matrix if the task returned one. With every peer in
+        and p = 1 that is the task's own stack, read only."""
+        k, peers = output.tag
         m, p = self.federation.num_clients, self.params.participation
-        grads = {k: torch.zeros(m, size) for k in active}
-        for output in outputs:
-            for j, k in enumerate(output.tag):
-                scale = 1.0 if output.client == self.targets[k] else 1.0 / p
-                grads[k][output.client] = output.gradient[j] * scale
-        return grads
+        grads = output.gradient
+        gram = None if output.gram is None else output.gram.numpy()
+        if len(peers) == m and p >= 1.0:
+            return grads, gram
+        scale = np.array([1.0 if peer == self.targets[k] else 1.0 / p for peer in peers])
+        full = torch.zeros(m, grads.shape[1])
+        full.index_copy_(0, torch.tensor(peers), grads * torch.tensor(scale[:, None]).float())
+        if gram is not None:
+            expanded = np.zeros((m, m))
+            expanded[np.ix_(peers, peers)] = gram * np.outer(scale, scale)
+            gram = expanded
+        return full, gram
 
-    def own_loss(self, outputs: list[Any], k: int) -> float:
+    def own_loss(self, output: TaskOutput) -> float:
         """The target's loss on its own minibatch this step."""
-        for output in outputs:
-            if output.client == self.targets[k]:
-                return float(output.losses[output.tag.index(k)])
-        return float("nan")
+        k, peers = output.tag
+        return float(output.losses[peers.index(self.targets[k])])
 
+    # --- per-target bookkeeping (spcacw_estimates.py), kept callable as methods ---
     def apply_step(
-        self, state: ServerState, k: int, grads: torch.Tensor, eta: float, moments: _Moments
+        self, state: ServerState, k: int, grads: torch.Tensor, eta: float, moments: TargetMoments
     ) -> None:
         """w -= eta alpha . g; then the bias EMA and the running Gram matrices."""
-        target = self.targets[k]
-        alpha = torch.as_tensor(state["alpha"][k], dtype=torch.float32)
-        state["models"][k] -= eta * (alpha @ grads)
-        state["steps"][k] += 1
-        t = int(state["steps"][k])
-        observed = grads - grads[target]  # b~ (zero for the target itself)
-        rate = beta_at(self.params.beta, t)
-        bias = ema_update(state["bias"][k], observed, rate)
-        if self.centred:
-            spread, weight = centred_update(state["grad_mean"][k], grads, rate, first=t == 1)
-        else:
-            spread, weight = grads, 1.0
-        if t >= self.params.T_start:
-            b64 = bias.double()
-            state["bias_gram"][k] += (b64 @ b64.T).numpy()
-            if weight:
-                v64 = spread.double()
-                state["grad_gram"][k] += eta * weight * (v64 @ v64.T).numpy()
-            state["terms"][k] += 1
-        moments.add(grads[target])
-
-    def solve(self, state: ServerState, k: int, moments: _Moments) -> float:
-        """Re-solve target k's alpha; returns the solver's seconds."""
-        began = time.perf_counter()
-        q, linear = self.quadratic_and_linear(state, k)
-        everything = q if linear is None else np.concatenate([q.ravel(), linear])
-        if state["terms"][k] == 0 or not np.isfinite(everything).all() or not np.any(everything):
-            return time.perf_counter() - began
-        reg = self.params.gamma * moments.variance_norm2() if self.params.reg else 0.0
-        alpha = state["alpha"][k]
-        if self.params.solver == "ftal":
-            state["alpha"][k] = solve_leader(q, reg, alpha, linear=linear)
-        else:
-            state["alpha"][k] = projected_gradient_step(q, reg, alpha, linear=linear)
-        return time.perf_counter() - began
+        apply_step(self.params, state, k, self.targets[k], grads, eta, moments)
 
     def quadratic_and_linear(self, state: ServerState, k: int) -> tuple[np.ndarray, Any]:
-        """(Q, c) of target k's objective c^T alpha + alpha^T Q alpha: Q = A + L V and c =
-        None (``bias_term=quadratic``), or Q = L V and c = diag(A), the running sums of
-        ||b^_t^(i)||^2 (``linear``: the Jensen bound of the bias term on the simplex)."""
-        variance = state["lipschitz"][k] * state["grad_gram"][k]
-        if self.params.bias_term == "linear":
-            return variance, np.diag(state["bias_gram"][k]).copy()
-        return state["bias_gram"][k] + variance, None
+        """(Q, c) of target k's objective (``spcacw_estimates.quadratic_and_linear``)."""
+        return quadratic_and_linear(self.params, state, k)
 
     def refresh_lipschitz(self, state: ServerState, context: ExchangeRound) -> None:
         """L per target: the fixed ``L``, else an HVP estimate every ``lipschitz_every`` rounds."""
@@ -360,87 +323,8 @@ class SPCACW(Algorithm):
         for output in context.exchange(tasks, {}):
             state["lipschitz"][output.tag] = abs(float(output.eigenvalue))
 
-    def report(self, state: ServerState, losses: list[float], pairs: int, m: int) -> RoundReport:
-        """The round's summary keys and the clients.csv weights."""
-        alpha = state["alpha"]
-        bias_terms, variance_terms = [], []
-        for k in range(len(self.targets)):
-            n = max(int(state["terms"][k]), 1)
-            a = alpha[k]
-            if self.params.bias_term == "linear":
-                bias_terms.append(float(np.diag(state["bias_gram"][k]) @ a) / n)
-            else:
-                bias_terms.append(float(a @ state["bias_gram"][k] @ a) / n)
-            variance_terms.append(
-                float(state["lipschitz"][k] * (a @ state["grad_gram"][k] @ a)) / n
-            )
-        model_bytes = int(state["models"].shape[1]) * state["models"].element_size()
-        summary: dict[str, Any] = {
-            "train_loss": float(np.mean(losses)) if losses else float("nan"),
-            "num_trained": len(self.targets),
-            "bytes_down": pairs * model_bytes,  # the target's model to each joining peer
-            "bytes_up": pairs * model_bytes,  # each joining peer's gradient back
-            "alpha_zero": float(np.mean((alpha == 0).sum(axis=1))),
-            "lipschitz": float(np.mean(state["lipschitz"])),
-            "bias_term": float(np.mean(bias_terms)),
-            "variance_term": float(np.mean(variance_terms)),
-            "alpha": alpha.tolist(),
-        }
-        for k, target in enumerate(self.targets[:ALPHA_SERIES_TARGETS]):
-            for peer in range(m):
-                summary[f"alpha/{target}/{peer}"] = float(alpha[k, peer])
-        weights = {c: float(alpha[:, c].mean()) for c in range(m)}
-        return RoundReport(summary=summary, client_weights=weights)
-
     def figures(
         self, state: ServerState, client_states: ClientStates, round_idx: int
     ) -> list[Figure]:
         """alpha over rounds per target (``spcacw_alpha.png``), peers coloured by cluster."""
-        history = state["alpha_history"]
-        if not len(history):
-            history = state["alpha"][None]
-        clusters = self.federation.client_clusters
-        m = self.federation.num_clients
-        labels = tuple(
-            f"client {i}" + ("" if clusters is None else f" (cluster {clusters[i]})")
-            for i in range(m)
-        )
-        groups = () if clusters is None else tuple(int(c) for c in clusters)
-        panels = [
-            Panel(
-                history[:, k, :].T,
-                title=f"target {target}",
-                xlabel="round",
-                ylabel="alpha",
-                kind="lines",
-                x=np.arange(1, len(history) + 1),
-                labels=labels if m <= 20 else (),
-                groups=groups,
-            )
-            for k, target in enumerate(self.targets[:FIGURE_TARGETS])
-        ]
-        title = "SP-CACW: collaboration weights alpha per peer" + (
-            "; colour = true cluster" if clusters is not None else ""
-        )
-        return [Figure(ALPHA_PNG, title, tuple(panels))]
-
-
-class _Moments:
-    """Running per-coordinate mean and variance of the target's own gradients this round."""
-
-    def __init__(self) -> None:
-        self.count, self.total, self.squares = 0, None, None
-
-    def add(self, grad: torch.Tensor) -> None:
-        g = grad.double()
-        self.total = g.clone() if self.total is None else self.total.add_(g)
-        self.squares = g * g if self.squares is None else self.squares.add_(g * g)
-        self.count += 1
-
-    def variance_norm2(self) -> float:
-        """||var(g^(0))||^2 (0 until two gradients are in)."""
-        if self.count < 2:
-            return 0.0
-        mean = self.total / self.count
-        variance = (self.squares / self.count - mean * mean).clamp_min(0.0)
-        return float((variance * variance).sum())
+        return alpha_figures(self.targets, self.federation, state)
