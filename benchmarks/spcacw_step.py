@@ -1,193 +1,227 @@
-"""SP-CACW's gradient exchange: seconds per step through fedsim's Ray pool vs plain PyTorch.
+"""SP-CACW: seconds per round in fedsim against plain PyTorch loops, same process, same run.
 
-One SP-CACW step with ``targets=all`` and M clients is M x M gradients: every peer's
-minibatch gradient at every target's model. fedsim sends one stacked ``GradientTask`` per
-peer (the M target models shipped once per worker per step, as numpy) and each worker
-returns all of its peers' gradients in one reply. References measured in the same run,
-computing the same M x M gradients on the same minibatches:
+The setting is the independent check's (``configs/spcacw/mnist5k-relabel-mlp.yaml``):
+mnist-5k relabelled, 20 clients, MLP 784-200-200-10, batch 10, all 20 clients as targets,
+so one round is 19 steps of 20 x 20 = 400 minibatch gradients (7,600 a round). Timed, in
+turns, ``--reps`` times each after one warm-up (round 0 from the initial models each time):
 
-- ``loop``: a plain PyTorch loop in this process (one model, load each target's parameters,
-  backprop each peer's batch);
-- ``two_processes``: the same loop split over two plain ``multiprocessing`` processes (half
-  the peers each), the target models sent to both and the gradients sent back through pipes
-  every step, as numpy.
+- ``fedsim``: ``SPCACW.train_round`` on the local executor (the worker computes each
+  target's peers as one ``vmap`` over their minibatches), L by HVPs, the bias estimates, the
+  Gram matrices, the FTAL solve; evaluation is not in it;
+- ``plain``: the same round as a plain PyTorch loop (no fedsim task, executor or worker):
+  per step and target ``torch.func.vmap(grad(...))`` over the peers' minibatches at the
+  target's model (the very minibatches fedsim draws), the model step, the bias EMA, the two
+  Gram matrices (``fedsim.gradient_tasks.gram``, as fedsim's); L by ``torch.func.jvp``
+  Hessian-vector products (10 power iterations on 128 samples); the same FTAL solver;
+- ``gradients``: only the per-step gradients (the same vmap) and the model step: the floor
+  under any implementation of SP-CACW's round, which also needs the M x M Gram matrices of
+  the M x P gradient and bias stacks every step and target (as much arithmetic again).
 
-Setting: FedAvgCNN on mnist-5k, ``--clients`` 20 (Dirichlet 0.5), batch 10, the Ray pool with
-2 workers of 1 CPU each (torch 1 thread), ``--steps`` timed steps after one warm-up step.
-Also timed: the solver's own time per alpha update (FTAL on the M x M objective of a real
-step's Gram matrices) against a step. Last line:
-``RESULT spcacw_step ray_vs_loop=<loop s / ray s> ray_vs_two_processes=<2-proc s / ray s>
-solver_share=<solver s / ray step s>`` (a ratio > 1: the Ray pool is faster).
+Every process runs torch with one thread (``--threads``). Ray: ``--ray`` also times the round
+on the 2-worker pool. Checks that fedsim and the plain loop end the round at the same models
+and alpha (up to float rounding), then prints the medians and the last line
+``RESULT spcacw_step round_vs_plain=<fedsim s / plain s> round_vs_gradients=<fedsim s /
+gradients s> solver_share=<solver s / fedsim s>`` (median over the turns of each turn's
+ratio; issue 26's target: round_vs_plain <= 1.2).
 
-    .venv/bin/python benchmarks/spcacw_step.py [--clients 20] [--steps 3]
+    .venv/bin/python benchmarks/spcacw_step.py [--reps 5] [--ray]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import multiprocessing as mp
 import os
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from torch.func import functional_call, grad, grad_and_value, jvp, vmap
 
 from fedsim.algorithms.base import ExchangeRound
 from fedsim.algorithms.simplex import solve_leader
 from fedsim.algorithms.spcacw import SPCACW
 from fedsim.config import load_config
-from fedsim.runtime.training import gradient_client
+from fedsim.gradient_tasks import gram
+from fedsim.runtime.executor import Executor, LocalExecutor
+from fedsim.runtime.gradient_work import task_seed
 from fedsim.simulation import Simulation
-from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.registry import build_model
 
+CONFIG = "configs/spcacw/mnist5k-relabel-mlp.yaml"
 
-def simulation(clients: int) -> Simulation:
-    cfg = load_config(
-        None,
-        [
-            "seed=0",
-            "data.name=mnist-5k",
-            f"data.num_clients={clients}",
-            "data.partition.alpha=0.5",
-            "client.batch_size=10",
-            "algorithm.name=spcacw",
-            "algorithm.targets=all",
-            "runtime.executor=ray",
-            "runtime.workers=2",
-            "runtime.cpus_per_worker=1",
-        ],
-    )
-    sim = Simulation(cfg)
-    sim.worker_spec.num_threads = 1
+
+def simulation(extra: list[str]) -> Simulation:
+    sim = Simulation(load_config(CONFIG, ["runtime.executor=local", *extra]))
+    sim.worker_spec.num_threads = torch.get_num_threads()
     return sim
 
 
-def step_work(sim: Simulation, step: int) -> tuple[list[Any], torch.Tensor]:
-    """The tasks of one step (round 0) and the target models they are computed at."""
+def fedsim_round(sim: Simulation, executor: Executor) -> tuple[dict[str, Any], float]:
+    """fedsim's round 0 from the initial state: (state, solver seconds)."""
     algo: SPCACW = sim.algorithm  # type: ignore[assignment]
-    context = ExchangeRound(0, sim.cfg.seed, sim.cfg.client.lr, sim.cfg.client.batch_size, None)
-    batches = [algo.target_batches(context, c) for c in algo.targets]
-    active = [k for k in range(len(algo.targets)) if step < len(batches[k])]
-    tasks, _ = algo.step_tasks(context, step, active, batches)
-    state = algo.init_state(sim.initial_params)
-    models = state["models"] + 0.01 * step  # a different point each step
-    return tasks, models
+    cfg = sim.cfg
+
+    def exchange(tasks: list[Any], broadcast: dict[str, Any]) -> list[Any]:
+        return executor.exchange(0, broadcast, tasks)
+
+    context = ExchangeRound(0, cfg.seed, cfg.client.lr, cfg.client.batch_size, exchange)
+    state, _ = algo.train_round(algo.init_state(sim.initial_params), context)
+    return state, algo.solver_seconds
 
 
-class PlainWorker:
-    """A bare model and the data: the reference loop."""
+class PlainRound:
+    """SP-CACW's round 0 written as a plain PyTorch loop over targets and steps."""
 
     def __init__(self, sim: Simulation):
-        torch.set_num_threads(1)
-        self.data = sim.data
-        self.module = build_model(sim.cfg.model.name, **sim.worker_spec.model_kwargs)
-        self.flat, self.layout = bind_flat_parameters(self.module)
+        self.sim, self.algo = sim, sim.algorithm
+        self.model = build_model(sim.cfg.model.name, **sim.worker_spec.model_kwargs)
+        self.names = [n for n, _ in self.model.named_parameters()]
+        self.shapes = [p.shape for _, p in self.model.named_parameters()]
+        self.sizes = [p.numel() for _, p in self.model.named_parameters()]
+        self.grads = vmap(grad_and_value(self.loss), in_dims=(None, 0, 0))
+        cfg = sim.cfg
+        self.context = ExchangeRound(0, cfg.seed, cfg.client.lr, cfg.client.batch_size, None)
 
-    def gradients(self, models: torch.Tensor, tasks: list[Any]) -> list[np.ndarray]:
-        out = []
-        grad = torch.zeros_like(self.flat)
-        for task in tasks:
-            stack = np.zeros((len(task.at), self.flat.numel()), dtype=np.float32)
-            for j, (row, samples) in enumerate(task.at):
-                self.flat.copy_(models[row])
-                gradient_client(self.module, self.data, samples, grad, self.layout, batch_size=64)
-                stack[j] = grad.numpy()
-            out.append(stack)
+    def params(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(flat, self.sizes)
+        return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
+
+    def loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> Any:
+        logits = functional_call(self.model, params, (x,))
+        return torch.nn.functional.cross_entropy(logits, y, reduction="sum") / y.shape[0]
+
+    def step_gradients(self, flat: torch.Tensor, batches: list[np.ndarray]) -> torch.Tensor:
+        """M x P: each batch's gradient at ``flat``, one vmap per batch size."""
+        params = self.params(flat)
+        out = torch.empty(len(batches), flat.numel())
+        for size in sorted({len(b) for b in batches}):
+            rows = [i for i, b in enumerate(batches) if len(b) == size]
+            x, y = self.sim.data.batch(np.concatenate([batches[i] for i in rows]))
+            x, y = x.reshape(len(rows), size, *x.shape[1:]), y.reshape(len(rows), size)
+            parts, _ = self.grads(params, x, y)
+            out[rows] = torch.cat([parts[n].reshape(len(rows), -1) for n in self.names], 1)
         return out
 
+    def lipschitz(self, flat: torch.Tensor, client: int) -> float:
+        """Top Hessian eigenvalue by 10 jvp-of-grad products on 128 of the client's samples."""
+        algo, seed = self.algo, self.sim.cfg.seed
+        own = np.asarray(algo.federation.client_train_indices[client], dtype=np.int64)
+        rng = np.random.default_rng([seed, 0, client, 5, 0])
+        samples = np.sort(rng.choice(own, size=min(128, len(own)), replace=False))
+        x, y = self.sim.data.batch(samples)
+        params = self.params(flat)
+        gradient = grad(lambda p: self.loss(p, x, y))
+        generator = torch.Generator().manual_seed(task_seed(seed, 0, client, 5, 0))
+        v = {
+            n: torch.randn(s, generator=generator)
+            for n, s in zip(self.names, self.shapes, strict=True)
+        }
+        eigenvalue = 0.0
+        for _ in range(algo.params.lipschitz_iterations):
+            norm = torch.sqrt(sum((t * t).sum() for t in v.values()))
+            v = {n: t / norm for n, t in v.items()}
+            _, hv = jvp(gradient, (params,), (v,))
+            new = float(sum((v[n] * hv[n]).sum() for n in self.names))
+            done = abs(new - eigenvalue) <= 1e-3 * max(abs(new), 1e-12)
+            eigenvalue, v = new, hv
+            if done:
+                break
+        return abs(eigenvalue)
 
-def _serve(sim: Simulation, pipe: Any) -> None:
-    worker = PlainWorker(sim)
-    while True:
-        message = pipe.recv()
-        if message is None:
-            return
-        models, tasks = message
-        pipe.send(worker.gradients(torch.from_numpy(models), tasks))
+    def run(self, bookkeeping: bool) -> dict[str, Any]:
+        """Round 0 for every target; ``bookkeeping=False``: gradients and model steps only."""
+        algo, context, eta = self.algo, self.context, self.sim.cfg.client.lr
+        targets, m = algo.targets, algo.federation.num_clients
+        models = self.sim.initial_params.unsqueeze(0).repeat(len(targets), 1)
+        p = models.shape[1]
+        alpha = np.zeros((len(targets), m))
+        alpha[np.arange(len(targets)), targets] = 1.0
+        bias = torch.zeros(len(targets), m, p)
+        grams = np.zeros((2, len(targets), m, m))
+        lipschitz = [self.lipschitz(models[k], c) for k, c in enumerate(targets)]
+        own = [algo.target_batches(context, c) for c in targets]
+        for step in range(max(len(b) for b in own)):
+            for k, target in enumerate(targets):
+                if step >= len(own[k]):
+                    continue
+                batches = [
+                    own[k][step] if i == target else algo.peer_batch(context, step, target, i)
+                    for i in range(m)
+                ]
+                g = self.step_gradients(models[k], batches)
+                models[k] -= eta * (torch.as_tensor(alpha[k], dtype=torch.float32) @ g)
+                if bookkeeping:
+                    bias[k].lerp_(g - g[target], 1.0 / (step + 1))
+                    grams[0, k] += gram(bias[k]).numpy()
+                    grams[1, k] += eta * gram(g).numpy()
+        if bookkeeping:
+            for k in range(len(targets)):
+                alpha[k] = solve_leader(grams[0, k] + lipschitz[k] * grams[1, k], 0.0, alpha[k])
+        return {"models": models, "alpha": alpha, "lipschitz": np.asarray(lipschitz)}
 
 
-def time_steps(run_step: Any, steps: int) -> float:
-    run_step(0)  # warm-up
-    began = time.perf_counter()
-    for step in range(1, steps + 1):
-        run_step(step)
-    return (time.perf_counter() - began) / steps
+def median_ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[top], times[bottom], strict=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ray", action="store_true", help="also time the 2-worker Ray pool")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.num_clients=8")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    torch.set_num_threads(1)
-    sim = simulation(args.clients)
-    work = {s: step_work(sim, s) for s in range(args.steps + 1)}
+    torch.set_num_threads(args.threads)
+    sim = simulation(args.overrides)
+    plain = PlainRound(sim)
+    solver: list[float] = []
+    with LocalExecutor(sim.worker_spec, sim.data) as executor:
+        ways: dict[str, Callable[[], Any]] = {
+            "fedsim": lambda: solver.append(fedsim_round(sim, executor)[1]),
+            "plain": lambda: plain.run(bookkeeping=True),
+            "gradients": lambda: plain.run(bookkeeping=False),
+        }
+        ours, _ = fedsim_round(sim, executor)  # warm-up, and the check below
+        theirs = plain.run(bookkeeping=True)
+        plain.run(bookkeeping=False)
+        for key in ("models", "alpha", "lipschitz"):
+            a, b = np.asarray(ours[key]), np.asarray(theirs[key])
+            print(f"fedsim vs plain loop after the round: max |{key} difference| "
+                  f"{np.abs(a - b).max():.2e} (largest |{key}| {np.abs(b).max():.2e})")  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for rep in range(args.reps):
+            order = list(ways)[rep % 3 :] + list(ways)[: rep % 3]  # each goes first in turn
+            for name in order:
+                began = time.perf_counter()
+                ways[name]()
+                times[name].append(time.perf_counter() - began)
+            print(f"turn {rep}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in ways))
+    for name, values in times.items():
+        print(f"{name}: median {statistics.median(values):.2f} s per round ({len(values)} turns)")
+    if args.ray:
+        from fedsim.runtime.ray_executor import RayExecutor
 
-    plain = PlainWorker(sim)
-    loop = time_steps(lambda s: plain.gradients(work[s][1], work[s][0]), args.steps)
-    print(f"plain loop, one process: {loop:.3f} s/step")
-
-    context = mp.get_context("spawn")
-    pipes, procs = [], []
-    for _ in range(2):
-        here, there = context.Pipe()
-        proc = context.Process(target=_serve, args=(sim, there), daemon=True)
-        proc.start()
-        pipes.append(here)
-        procs.append(proc)
-
-    def two(step: int) -> None:
-        tasks, models = work[step]
-        halves = [tasks[0::2], tasks[1::2]]
-        for pipe, half in zip(pipes, halves, strict=True):
-            pipe.send((models.numpy(), half))
-        for pipe in pipes:
-            pipe.recv()
-
-    two_processes = time_steps(two, args.steps)
-    for pipe, proc in zip(pipes, procs, strict=True):
-        pipe.send(None)
-        proc.join()
-    print(f"plain loop, two processes: {two_processes:.3f} s/step")
-
-    from fedsim.runtime.ray_executor import RayExecutor
-
-    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray")
-    with RayExecutor(runtime, sim.worker_spec, sim.data) as pool:
-        last: list[Any] = []
-
-        def ray_step(step: int) -> None:
-            tasks, models = work[step]
-            last[:] = pool.exchange(0, {"models": models}, tasks)
-
-        ray = time_steps(ray_step, args.steps)
-    print(f"fedsim Ray pool, 2 workers: {ray:.3f} s/step")
-
-    # the solver on a real step's Gram matrices (M x M), per target
-    m = args.clients
-    grads = torch.zeros(m, m, sim.initial_params.numel())
-    for output in last:
-        for j, k in enumerate(output.tag):
-            grads[k, output.client] = output.gradient[j]
-    problems = []
-    for k in range(m):
-        g = grads[k].double()
-        b = g - g[k]
-        start = np.zeros(m)
-        start[k] = 1.0
-        problems.append(((b @ b.T + 0.1 * g @ g.T).numpy(), start))
-    began = time.perf_counter()
-    for q, start in problems:
-        solve_leader(q, 0.0, start)
-    solver = (time.perf_counter() - began) / m
-    print(f"solver (FTAL, M={m}): {solver * 1e3:.2f} ms per update, {solver / ray:.2%} of a step")
+        runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2)
+        spec = dataclasses.replace(sim.worker_spec, num_threads=1)
+        with RayExecutor(runtime, spec, sim.data) as pool:
+            fedsim_round(sim, pool)
+            pooled = []
+            for _ in range(args.reps):
+                began = time.perf_counter()
+                fedsim_round(sim, pool)
+                pooled.append(time.perf_counter() - began)
+        print(f"fedsim on the Ray pool (2 workers, 1 thread each): median "
+              f"{statistics.median(pooled):.2f} s per round")  # fmt: skip
+    share = statistics.median(solver) / statistics.median(times["fedsim"])
     print(
-        f"RESULT spcacw_step ray_vs_loop={loop / ray:.2f} "
-        f"ray_vs_two_processes={two_processes / ray:.2f} solver_share={solver / ray:.4f}"
+        f"RESULT spcacw_step round_vs_plain={median_ratio(times, 'fedsim', 'plain'):.2f} "
+        f"round_vs_gradients={median_ratio(times, 'fedsim', 'gradients'):.2f} "
+        f"solver_share={share:.4f}"
     )
 
 
