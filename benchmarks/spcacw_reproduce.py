@@ -38,7 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from fedsim.search.stats import mean_std_cell  # noqa: E402
 
-ROUNDS = 10
+ROUNDS = 10  # every setting but those in SETTING_ROUNDS
+CHECK = list(range(20))  # the independent check's setting: every client a target
+SETTING_ROUNDS = {"mnist5k-relabel-mlp": 20, "mnist5k-relabel-mlp-std": 20}
 SETTINGS = {  # name: (config stem, overrides of settings.md, targets, title)
     "mnist5k-relabel": (
         "mnist5k-relabel",
@@ -75,12 +77,50 @@ SETTINGS = {  # name: (config stem, overrides of settings.md, targets, title)
         [0, 1],
         "Fashion-MNIST clustered (cluster mixes Dir(1.0), sigma 0.01), 10 clients",
     ),
+    "mnist5k-relabel-mlp": (  # issue 26: the independent implementation's setting
+        "mnist5k-relabel-mlp",
+        [],
+        CHECK,
+        "mnist-5k relabel, 20 clients, MLP 784-200-200-10, 20 rounds, pixels pfllib "
+        "(x / 127.5 - 1)",
+    ),
+    "mnist5k-relabel-mlp-std": (
+        "mnist5k-relabel-mlp",
+        ["data.normalize=standard"],
+        CHECK,
+        "mnist-5k relabel, 20 clients, MLP 784-200-200-10, 20 rounds, pixels standard "
+        "((x / 255 - 0.1307) / 0.3081)",
+    ),
 }
 PRACTICAL = ["algorithm.beta=0.1", "algorithm.T_start=60"]
+PER_STEP = ["algorithm.L_history=per_step"]
+REG = ["algorithm.reg=true"]
+PAPER_GAMMA = ["algorithm.reg=true", "algorithm.gamma=paper"]
 ROWS = {  # name: (title, config folder, overrides)
     "spcacw": ("SP-CACW (seed's defaults: beta 1/t, T_start 1)", "spcacw", []),
-    "spcacw-reg": ("SP-CACW reg (defaults + cubic regularizer)", "spcacw", ["algorithm.reg=true"]),
-    "spcacw-b01": ("SP-CACW, beta 0.1, T_start 60", "spcacw", PRACTICAL),
+    "spcacw-perstep": (
+        "SP-CACW, L eta per step (defaults + L_history=per_step)",
+        "spcacw",
+        PER_STEP,
+    ),
+    "spcacw-reg": ("SP-CACW reg (defaults + cubic regularizer, gamma 1)", "spcacw", REG),
+    "spcacw-reg-perstep": ("SP-CACW reg, L eta per step", "spcacw", [*REG, *PER_STEP]),
+    "spcacw-reg-paper": ("SP-CACW reg, the paper's gamma", "spcacw", PAPER_GAMMA),
+    "spcacw-reg-paper-perstep": (
+        "SP-CACW reg, the paper's gamma, L eta per step",
+        "spcacw",
+        [*PAPER_GAMMA, *PER_STEP],
+    ),
+    "spcacw-b01": (
+        "SP-CACW, practical: beta 0.1, T_start 60 (paper's objective)",
+        "spcacw",
+        PRACTICAL,
+    ),
+    "spcacw-b01-perstep": (
+        "SP-CACW, practical: beta 0.1, T_start 60, L eta per step",
+        "spcacw",
+        [*PRACTICAL, *PER_STEP],
+    ),
     "spcacw-b01-lc": (
         "SP-CACW, found: beta 0.1, T_start 60, linear bias, centred variance",
         "spcacw",
@@ -120,10 +160,11 @@ def run_one(setting: str, row: str, seed: int, out: Path) -> tuple[str, float, i
     extra = list(ROWS[row][2])
     if ROWS[row][1] == "spcacw":
         extra.append(f"algorithm.targets=[{','.join(map(str, targets))}]")
+    rounds = SETTING_ROUNDS.get(setting, ROUNDS)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "fedsim.cli", "run", str(config_for(setting, row)),
-        *overrides, *extra, f"seed={seed}", f"rounds={ROUNDS}", "checkpoint_every=0",
+        *overrides, *extra, f"seed={seed}", f"rounds={rounds}", "checkpoint_every=0",
         f"name={run_dir.name}", "--out", str(run_dir), "--no-progress",
     ]  # fmt: skip
     began = time.perf_counter()
