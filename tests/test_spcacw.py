@@ -431,10 +431,24 @@ def test_a_centred_run_logs_its_terms():
 
 
 @pytest.mark.slow
-def test_ray_pool_equals_the_local_executor(ray_cluster):
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        # the MLP, standard pixels, L eta per step and the paper's gamma (issue 26)
+        [
+            "model.name=mlp",
+            "data.normalize=standard",
+            "algorithm.L_history=per_step",
+            "algorithm.reg=true",
+            "algorithm.gamma=paper",
+        ],
+    ],
+)
+def test_ray_pool_equals_the_local_executor(ray_cluster, extra):
     from fedsim.runtime.ray_executor import RayExecutor
 
-    overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7"]
+    overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7", *extra]
     local = local_run(simulation(*overrides))
     sim = simulation(*overrides)
     runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)

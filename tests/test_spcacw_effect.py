@@ -22,10 +22,11 @@ same-cluster peers and 125 test images. The accuracy compared is the mean over t
 targets and the last 3 rounds (6-8): at lr 0.05 a client's test accuracy on 125 images
 swings by up to 10 points from one round to the next, for every method.
 
-Measured, seeds 0-3 (mean over targets 0, 1 and rounds 6-8): SP-CACW 0.767 / 0.857 / 0.855
-/ 0.799, Local-only 0.687 / 0.687 / 0.772 / 0.652 (at the final round alone SP-CACW wins 3
-of 4: 0.784 vs 0.796 on seed 0); FedAvg ~0.2. Each target ends with all of its weight on
-its own cluster and exactly 0 on the 9 other-cluster peers (seed 3's target 0: 8 of 9).
+Measured, seeds 0-3 (mean over targets 0, 1 and rounds 6-8; remeasured after issue 26's
+batched gradients): SP-CACW 0.769 / 0.855 / 0.855 / 0.803, Local-only 0.687 / 0.687 / 0.772
+/ 0.652 (at the final round alone SP-CACW wins 3 of 4: 0.792 vs 0.796 on seed 0); FedAvg
+0.24-0.33. Each target ends with all of its weight on its own cluster and exactly 0 on the 9
+other-cluster peers, in every seed.
 SP-CACW ~60 s on an idle core (8 rounds, 13 steps each, 2 x 12 gradients a step, L by HVPs
 every round), Local and FedAvg ~10 s each.
 
