@@ -11,8 +11,8 @@ turns, ``--reps`` times each after one warm-up (round 0 from the initial models 
 - ``plain``: the same round as a plain PyTorch loop (no fedsim task, executor or worker):
   per step and target ``torch.func.vmap(grad(...))`` over the peers' minibatches at the
   target's model (the very minibatches fedsim draws), the model step, the bias EMA, the two
-  Gram matrices (``fedsim.gradient_tasks.gram``, as fedsim's); L by ``torch.func.jvp``
-  Hessian-vector products (10 power iterations on 128 samples); the same FTAL solver;
+  Gram matrices (``fedsim.gradient_tasks.gram``, as fedsim's); L by Hessian-vector
+  products (double backprop, 10 power iterations on 128 samples); the same FTAL solver;
 - ``gradients``: only the per-step gradients (the same vmap) and the model step: the floor
   under any implementation of SP-CACW's round, which also needs the M x M Gram matrices of
   the M x P gradient and bias stacks every step and target (as much arithmetic again).
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad, grad_and_value, jvp, vmap
+from torch.func import functional_call, grad_and_value, vmap
 
 from fedsim.algorithms.base import ExchangeRound
 from fedsim.algorithms.simplex import solve_leader
@@ -97,37 +97,41 @@ class PlainRound:
     def step_gradients(self, flat: torch.Tensor, batches: list[np.ndarray]) -> torch.Tensor:
         """M x P: each batch's gradient at ``flat``, one vmap per batch size."""
         params = self.params(flat)
-        out = torch.empty(len(batches), flat.numel())
-        for size in sorted({len(b) for b in batches}):
+        sizes = sorted({len(b) for b in batches})
+        out = None if len(sizes) == 1 else torch.empty(len(batches), flat.numel())
+        for size in sizes:
             rows = [i for i, b in enumerate(batches) if len(b) == size]
             x, y = self.sim.data.batch(np.concatenate([batches[i] for i in rows]))
             x, y = x.reshape(len(rows), size, *x.shape[1:]), y.reshape(len(rows), size)
             parts, _ = self.grads(params, x, y)
-            out[rows] = torch.cat([parts[n].reshape(len(rows), -1) for n in self.names], 1)
+            stack = torch.cat([parts[n].reshape(len(rows), -1) for n in self.names], 1)
+            if out is None:
+                return stack  # every batch of one size: the stack itself
+            out[rows] = stack
         return out
 
     def lipschitz(self, flat: torch.Tensor, client: int) -> float:
-        """Top Hessian eigenvalue by 10 jvp-of-grad products on 128 of the client's samples."""
+        """Top Hessian eigenvalue by 10 Hessian-vector products (double backprop) on 128 of
+        the client's samples."""
         algo, seed = self.algo, self.sim.cfg.seed
         own = np.asarray(algo.federation.client_train_indices[client], dtype=np.int64)
         rng = np.random.default_rng([seed, 0, client, 5, 0])
         samples = np.sort(rng.choice(own, size=min(128, len(own)), replace=False))
         x, y = self.sim.data.batch(samples)
-        params = self.params(flat)
-        gradient = grad(lambda p: self.loss(p, x, y))
+        params = [t.detach().requires_grad_() for t in self.params(flat).values()]
+        loss = self.loss(dict(zip(self.names, params, strict=True)), x, y)
+        gradient = torch.autograd.grad(loss, params, create_graph=True)
         generator = torch.Generator().manual_seed(task_seed(seed, 0, client, 5, 0))
-        v = {
-            n: torch.randn(s, generator=generator)
-            for n, s in zip(self.names, self.shapes, strict=True)
-        }
+        v = [torch.randn(s, generator=generator) for s in self.shapes]
         eigenvalue = 0.0
         for _ in range(algo.params.lipschitz_iterations):
-            norm = torch.sqrt(sum((t * t).sum() for t in v.values()))
-            v = {n: t / norm for n, t in v.items()}
-            _, hv = jvp(gradient, (params,), (v,))
-            new = float(sum((v[n] * hv[n]).sum() for n in self.names))
+            norm = torch.sqrt(sum((t * t).sum() for t in v))
+            v = [t / norm for t in v]
+            dot = sum((g * t).sum() for g, t in zip(gradient, v, strict=True))
+            hv = torch.autograd.grad(dot, params, retain_graph=True)
+            new = float(sum((t * h).sum() for t, h in zip(v, hv, strict=True)))
             done = abs(new - eigenvalue) <= 1e-3 * max(abs(new), 1e-12)
-            eigenvalue, v = new, hv
+            eigenvalue, v = new, list(hv)
             if done:
                 break
         return abs(eigenvalue)

@@ -147,7 +147,7 @@ def tiny_algorithm(**params) -> SPCACW:
 
 
 def test_ema_bias_and_running_grams_by_hand():
-    algo = tiny_algorithm(targets=0, beta="1/t", T_start=2)
+    algo = tiny_algorithm(targets=0, beta="1/t", T_start=2, reg=True)  # reg: moments kept
     state = algo.init_state(torch.zeros(2))
     g1 = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, -2.0]])
     g2 = torch.tensor([[2.0, 2.0], [2.0, 1.0], [4.0, 0.0]])
@@ -169,6 +169,10 @@ def test_ema_bias_and_running_grams_by_hand():
     # the target's gradient variance over the round: g^(0) = (1, 0), (2, 2)
     var = np.array([0.25, 1.0])
     assert moments.variance_norm2() == pytest.approx(float((var**2).sum()))
+    plain = tiny_algorithm(targets=0)  # without reg nothing reads them: none are kept
+    unused = _Moments()
+    plain.apply_step(plain.init_state(torch.zeros(2)), 0, g1, 0.1, unused)
+    assert unused.count == 0
     assert beta_at(0.3, 7) == 0.3 and beta_at("1/t", 4) == 0.25
 
 

@@ -111,7 +111,8 @@ def apply_step(
             if "variance_gram" in state:  # L_history=per_step: this step's L eta in the sum
                 state["variance_gram"][k] += state["lipschitz"][k] * term
         state["terms"][k] += 1
-    moments.add(grads[target])
+    if params.reg:  # only the regularizer reads the target's gradient variance
+        moments.add(grads[target])
 
 
 def quadratic_and_linear(
