@@ -216,11 +216,16 @@ def seeds(summaries: list[Path]) -> str:
     return ",".join(sorted(p.parent.name.rpartition("-s")[2] for p in summaries))
 
 
-def table(out: Path) -> str:
+def table(out: Path, settings: list[str] | None = None) -> str:
     lines = []
     for setting, (_, _, targets, title) in SETTINGS.items():
+        if settings is not None and setting not in settings:
+            continue
+        if not any(out.glob(f"{setting}-*-s*/summary.json")):
+            continue
+        named = f"all {len(targets)}" if targets == CHECK else str(targets)
         lines += [
-            f"### {title}; targets {targets}",
+            f"### {title}; targets {named}",
             "",
             "| method | seeds | final (targets) | best (targets) | "
             + (
@@ -288,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(job, todo))
-    print(table(args.out))
+    print(table(args.out, args.settings))
     return 0
 
 
