@@ -33,25 +33,30 @@ import argparse
 import dataclasses
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-from fedsim.algorithms.base import ExchangeRound
-from fedsim.algorithms.simplex import solve_leader
-from fedsim.algorithms.spcacw import SPCACW
-from fedsim.config import load_config
-from fedsim.gradient_tasks import gram
-from fedsim.runtime.executor import Executor, LocalExecutor
-from fedsim.runtime.gradient_work import task_seed
-from fedsim.simulation import Simulation
-from lightning_modules.registry import build_model
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's fedsim, wherever it runs from
 
-CONFIG = "configs/spcacw/mnist5k-relabel-mlp.yaml"
+from fedsim.algorithms.base import ExchangeRound  # noqa: E402
+from fedsim.algorithms.simplex import solve_leader  # noqa: E402
+from fedsim.algorithms.spcacw import SPCACW  # noqa: E402
+from fedsim.config import load_config  # noqa: E402
+from fedsim.gradient_tasks import gram  # noqa: E402
+from fedsim.runtime.executor import Executor, LocalExecutor  # noqa: E402
+from fedsim.runtime.gradient_work import task_seed  # noqa: E402
+from fedsim.simulation import Simulation  # noqa: E402
+from lightning_modules.registry import build_model  # noqa: E402
+
+CONFIG = ROOT / "configs" / "spcacw" / "mnist5k-relabel-mlp.yaml"
 
 
 def simulation(extra: list[str]) -> Simulation:
