@@ -18,9 +18,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fedsim.config import load_config
+from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
-from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.errors import ConfigError, RunFailure
+from fedsim.interrupts import Terminated, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -44,17 +45,27 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    search = [o for o in args.overrides if o.split("=", 1)[0].strip().startswith("tune.")]
+    if search:
+        key, _, value = search[0].partition("=")
+        raise ConfigError(
+            key.strip(), value, "a search option: fedsim run ignores the tune section; use "
+            "fedsim tune (fedsim tune --help)",
+        )  # fmt: skip
+    check_given_once(args.overrides)
     cfg = load_config(args.config, args.overrides)
     if args.resume and args.overwrite:
         raise ConfigError("--overwrite", True, "cannot be combined with --resume")
+    if args.out is not None and not args.out.strip():
+        raise ConfigError("--out", args.out, "an empty path; give the run's folder")
+    if not args.resume:  # before anything starts (the run checks it again), --check too
+        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+        check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
     if args.check:
         from fedsim.experiment import check_experiment
 
         print(check_experiment(cfg))
         return 0
-    if not args.resume:  # before anything starts (the run checks it again)
-        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
-        check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
     early = start_early(cfg, resume=args.resume)  # Ray starts while torch imports
     from fedsim.experiment import RunInterrupted, run_experiment
 
@@ -70,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except RunInterrupted as stop:
         print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)
-        return 130
+        return stop.exit_code
     console = Console()
     console.print(
         summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
@@ -110,6 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedsim.search.sweep import run_from_args
 
+    check_given_once(args.overrides)
     return run_from_args(args)
 
 
@@ -204,11 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # key=value overrides given after an option
         args.overrides = [*args.overrides, *extra]
     try:
-        return args.func(args)
+        with stop_signals():  # SIGTERM before the rounds start stops as Ctrl-C does
+            return args.func(args)
+    except KeyboardInterrupt as stop:  # before any round ran (a run reports its own)
+        terminated = isinstance(stop, Terminated)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        where = " before any round finished; nothing to resume" if args.command == "run" else ""
+        print(f"fedsim: {how}{where}", file=sys.stderr)
+        return 143 if terminated else 130
     except ConfigError as err:
         print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 2
-    except ClientFailureError as err:
+    except RunFailure as err:  # clients diverged, a spilled state changed on disk
         print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 1
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from fedsim.algorithm_params import BUILTIN_NAMES, params_class
 from fedsim.checks import field_check
 from fedsim.config import AlgorithmConfig, ExperimentConfig
 
@@ -121,18 +122,13 @@ def experiment_keys() -> list[KeyDoc]:
 
 
 def algorithm_keys(name: str) -> list[KeyDoc]:
-    """``algorithm.<key>`` of algorithm ``name`` (its Params dataclass)."""
-    from fedsim.algorithms.registry import get_algorithm_class
-
-    return dataclass_keys(get_algorithm_class(name).Params, "algorithm.")
+    """``algorithm.<key>`` of algorithm ``name`` (its Params dataclass; no torch imported)."""
+    return dataclass_keys(params_class(name), "algorithm.")
 
 
 def algorithm_names() -> list[str]:
     """fedsim's own algorithms' config names (a plug-in's keys: ``fedsim keys module:Class``)."""
-    from fedsim.algorithms.registry import ALGORITHMS, get_algorithm_class
-
-    get_algorithm_class("fedavg")  # fills the registry
-    return sorted(n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("fedsim."))
+    return sorted(BUILTIN_NAMES)
 
 
 def all_keys() -> dict[str, list[KeyDoc]]:

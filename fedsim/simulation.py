@@ -26,6 +26,7 @@ from fedsim.interrupts import Interruption
 from fedsim.rounds.compose import (
     build_round_kind,
     check_round_kind,
+    cohort_source,
     round_kind_name,
     server_cohort,
 )
@@ -92,6 +93,7 @@ def federation_info(module: FLModule, data: FederatedData) -> FederationInfo:
         block_parameters={b: module.block_parameters(b) for b in module.block_names},
         client_train_indices=[c.train for c in data.clients],
         client_clusters=data.partition.get("client_clusters"),
+        partition=str(data.partition.get("name", "")),
     )
 
 
@@ -118,7 +120,7 @@ class Simulation:
         check_round_kind(cfg, self.algorithm, kind, num_clients)
         self.deployment = Deployment(
             cfg, self.algorithm, num_clients, server_cohort(cfg, kind, cohort_size),
-            sampled=kind != "buffered",
+            sampled=kind != "buffered", cohort_source=cohort_source(cfg, kind, num_clients),
         )  # fmt: skip
         self.round_kind = build_round_kind(
             cfg, self.algorithm, kind, self.deployment, self.data.train_sizes(), cohort_size,

@@ -138,7 +138,7 @@ def test_trial_resources_form_one_placement_group_per_trial():
     assert trial_executor_for(gpu, "auto") == "ray"
     assert trial_bundles(gpu, "ray") == [{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.25}] * 3
     assert trial_runtime(gpu, "ray")["runtime.workers"] == 3
-    with pytest.raises(ConfigError, match="runtime.workers=None: give a number"):
+    with pytest.raises(ConfigError, match="runtime.workers=null: give a number"):
         trial_bundles(RuntimeConfig(gpus_per_worker=0.5), "ray")  # null: no pool size to book
 
 

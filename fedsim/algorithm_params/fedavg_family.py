@@ -19,6 +19,8 @@ WEIGHTINGS = ("samples", "uniform", "fedvg", "avg")
 NORMS = ("1", "2", "spectral")
 GRANULARITIES = ("model", "layer", "block")
 PENALTIES = ("norm", "squared")
+SERVER_OPTIMIZERS = ("sgd", "adagrad", "yogi", "adam")
+ADAPTIVE_DEFAULTS = {"beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
 
 
 def norm_name(value: Any) -> Any:
@@ -93,15 +95,59 @@ class WeightingParams(AlgorithmParams):
 
 
 @dataclass
-class FedAvgParams(WeightingParams):
+class AdaptiveServerParams(AlgorithmParams):
+    """The server optimizer's kind and its adaptive moments' keys (Reddi et al. 2021)."""
+
+    server_optimizer: str = checked(  # sgd (FedAvg, FedAvgM) | adagrad | yogi | adam (FedOpt)
+        "sgd", lambda v: v in SERVER_OPTIMIZERS, f"allowed: {', '.join(SERVER_OPTIMIZERS)}"
+    )
+    beta1: float = checked(  # adaptive server optimizers: first-moment decay
+        0.9, lambda v: 0 <= v < 1, "must be in [0, 1)"
+    )
+    beta2: float = checked(  # yogi / adam: second-moment decay
+        0.99, lambda v: 0 <= v < 1, "must be in [0, 1)"
+    )
+    tau: float = checked(  # adaptive server optimizers: adaptivity (the paper's epsilon)
+        1e-3, lambda v: v > 0, "must be > 0"
+    )
+
+    def __post_init__(self) -> None:
+        if self.server_optimizer == "sgd":
+            for key in ("beta1", "beta2", "tau"):
+                if getattr(self, key) != ADAPTIVE_DEFAULTS[key]:
+                    raise ConfigError(
+                        f"algorithm.{key}",
+                        getattr(self, key),
+                        "acts only with algorithm.server_optimizer=adagrad|yogi|adam, and this "
+                        "run has algorithm.server_optimizer='sgd'",
+                    )
+        elif self.server_optimizer == "adagrad" and self.beta2 != ADAPTIVE_DEFAULTS["beta2"]:
+            raise ConfigError(
+                "algorithm.beta2", self.beta2, "adagrad has no second-moment decay (yogi, adam)"
+            )
+
+
+@dataclass
+class FedAvgParams(AdaptiveServerParams, WeightingParams):
     """``algorithm.*`` keys of FedAvg: the aggregation weights and the server optimizer."""
 
     server_lr: float = checked(  # server step on the averaged client update (1: plain FedAvg)
         1.0, lambda v: v > 0, "must be > 0"
     )
-    server_momentum: float = checked(  # server momentum beta (FedAvgM; 0: none)
+    server_momentum: float = checked(  # server SGD momentum beta (FedAvgM; 0: none)
         0.0, lambda v: 0 <= v < 1, "must be in [0, 1)"
     )
+
+    def __post_init__(self) -> None:
+        WeightingParams.__post_init__(self)
+        AdaptiveServerParams.__post_init__(self)
+        if self.server_optimizer != "sgd" and self.server_momentum != 0:
+            raise ConfigError(
+                "algorithm.server_momentum",
+                self.server_momentum,
+                f"acts only with algorithm.server_optimizer=sgd, and this run has "
+                f"algorithm.server_optimizer={self.server_optimizer!r} (beta1 is its momentum)",
+            )
 
 
 @dataclass
@@ -135,11 +181,16 @@ class FedProxParams(FedAvgParams):
 
 
 @dataclass
-class ScaffoldParams(WeightingParams):
-    """``algorithm.*`` keys of SCAFFOLD: the server step eta_g and the weighting keys."""
+class ScaffoldParams(AdaptiveServerParams, WeightingParams):
+    """``algorithm.*`` keys of SCAFFOLD: the server step eta_g, the weighting keys and the
+    server optimizer (its lr is ``global_lr``)."""
 
     weighting: str = "uniform"
     global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")  # server step eta_g
+
+    def __post_init__(self) -> None:
+        WeightingParams.__post_init__(self)
+        AdaptiveServerParams.__post_init__(self)
 
 
 @dataclass

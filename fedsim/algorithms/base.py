@@ -120,6 +120,7 @@ class FederationInfo:
     block_parameters: dict[str, list[str]]  # block -> parameter names
     client_train_indices: list[np.ndarray] = field(default_factory=list)  # into the dataset
     client_clusters: list[int] | None = None  # true cluster per client (relabel, rotation...)
+    partition: str = ""  # how clients got their data (data.partition.name, or natural)
 
 
 @dataclass

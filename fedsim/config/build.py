@@ -17,6 +17,7 @@ from typing import Any
 
 from fedsim.algorithm_params import params_class
 from fedsim.checks import field_check
+from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.sections import AlgorithmConfig
 from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
@@ -54,9 +55,14 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return value
     if not ok:
         raise ConfigError(key, value, f"must be {_type_name(tp)}")
-    if tp is float and not math.isfinite(value):
-        raise ConfigError(key, value, "must be a finite number")
-    return float(value) if tp is float else value
+    if tp is float:
+        try:
+            value = float(value)  # an integer written out in full may not fit a float
+        except OverflowError:
+            raise ConfigError(key, value, "must be a finite number (this one overflows)") from None
+        if not math.isfinite(value):
+            raise ConfigError(key, value, "must be a finite number")
+    return value
 
 
 def build_dataclass(
@@ -107,6 +113,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
         )
     params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    check_effective(cfg)
     return cfg
 
 

@@ -53,6 +53,14 @@ def server_cohort(cfg: ExperimentConfig, kind: str, cohort: int) -> int:
     return a.buffer_size or default_buffer_size(a.concurrency or cohort)
 
 
+def cohort_source(cfg: ExperimentConfig, kind: str, num_clients: int) -> str:
+    """The keys that set how many updates the server combines at once (for messages)."""
+    if kind == "buffered":
+        given = "" if cfg.asynchronous.buffer_size else " (default: half the clients in flight)"
+        return f"asynchronous.enabled=true: a buffer of asynchronous.buffer_size{given}"
+    return f"join_ratio={cfg.join_ratio} x data.num_clients={num_clients}"
+
+
 def check_round_kind(
     cfg: ExperimentConfig, algorithm: Algorithm, kind: str, num_clients: int
 ) -> None:
@@ -115,7 +123,14 @@ def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[Virtu
     clock = VirtualClock.from_spec(
         a.speeds or "constant", n, seed=(cfg.seed, _SPEED_STREAM), dropout=a.dropout
     )
-    return clock, clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+    durations = clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+    if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
+        raise ConfigError(
+            "asynchronous.speeds",
+            a.speeds,
+            "gives some client a round time that is not a finite positive number; narrow it",
+        )
+    return clock, durations
 
 
 def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, cohort: int) -> AsyncPlan:

@@ -43,14 +43,20 @@ def failure_warning(failed: list[int], cohort: set[int], diverged: bool) -> str:
 
 
 def divergence_error(
-    round_idx: int, failed: list[int], of: str, max_failed_fraction: float, done: int
+    round_idx: int,
+    failed: list[int],
+    of: str,
+    max_failed_fraction: float,
+    done: int,
+    hint: str = "lower client.lr?",
 ) -> ClientFailureError:
     """The one-line error of a run stopped because too many of ``of`` (e.g. "10 clients")
-    had non-finite losses in round ``round_idx``, after ``done`` completed rounds."""
+    had non-finite losses in round ``round_idx``, after ``done`` completed rounds; ``hint``
+    says what to change."""
     return ClientFailureError(
         f"round {round_idx}: {len(failed)} of {of} had non-finite losses (clients "
-        f"{failed[:10]}); allowed fraction max_failed_fraction={max_failed_fraction}; lower "
-        f"client.lr? (summary.json: status diverged after {done} rounds)"
+        f"{failed[:10]}); allowed fraction max_failed_fraction={max_failed_fraction}; {hint} "
+        f"(summary.json: status diverged after {done} rounds)"
     )
 
 

@@ -105,6 +105,8 @@ def resolve_options(section: Any, given: dict[str, Any]) -> TuneOptions:
     unknown = sorted(set(given) - set(NAMES))
     if unknown:
         raise TypeError(f"unknown tune options {unknown}; allowed: {', '.join(NAMES)}")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError("tune", section, "must be a mapping of search options (tune.samples...)")
     section = dict(section or {})
     search = section.pop("search", None) or {}
     if not isinstance(search, dict):
@@ -118,8 +120,12 @@ def resolve_options(section: Any, given: dict[str, Any]) -> TuneOptions:
         if check and not check[0](value):
             raise ConfigError(flag(f.name), value, check[1])
     options.search = {str(k): str(v) for k, v in search.items()}
+    searched: set[str] = set()  # the command line's own (it replaces the file's)
     for text in given.get("search") or []:
         key, _, space = text.partition("=")
+        if key.strip() in searched:
+            raise ConfigError("--search", text, f"{key.strip()} is searched twice; give it once")
+        searched.add(key.strip())
         options.search[key.strip()] = space
     if not options.search:
         raise ConfigError(
