@@ -1,4 +1,5 @@
-"""Models by config name: a built-in name, or ``module:Class`` for a user's FLModule.
+"""Models by config name: a built-in name, or ``module:Class`` for a user's LightningModule
+(an ``FLModule``, or a plain ``pytorch_lightning.LightningModule``: see ``blocks.py``).
 
 The built-ins are import paths too, so a user's model resolves exactly as they do. Importing
 this module does not import Lightning (seconds): a config naming a built-in model is
@@ -19,8 +20,8 @@ MODELS: dict[str, str] = {
 }
 MODEL_NAMES = tuple(MODELS)
 ALLOWED = (
-    f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a subclass of "
-    "lightning_modules.base.FLModule with block_names"
+    f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a LightningModule "
+    "(lightning_modules.base.FLModule, or a plain pytorch_lightning.LightningModule)"
 )
 
 
@@ -30,30 +31,33 @@ def is_builtin(name: str) -> bool:
 
 
 def model_class(name: str) -> type[FLModule]:
-    """The FLModule class for ``model.name`` (raises ConfigError naming the key)."""
+    """The LightningModule class for ``model.name`` (raises ConfigError naming the key)."""
+    import pytorch_lightning as pl
+
     from fedsim.errors import ConfigError
     from fedsim.plugins import import_subclass, is_import_path
-    from lightning_modules.base import FLModule
 
     if name not in MODELS and not is_import_path(name):
         raise ConfigError("model.name", name, ALLOWED)
-    cls = import_subclass("model.name", MODELS.get(name, name), FLModule, ALLOWED)
-    if not cls.block_names:
-        raise ConfigError("model.name", name, f"{cls.__name__}.block_names is empty; {ALLOWED}")
-    return cls
+    return import_subclass("model.name", MODELS.get(name, name), pl.LightningModule, ALLOWED)
 
 
 def build_model(name: str, **kwargs: float) -> FLModule:
     """Build model ``name`` with the shape keywords its data implies (images: in_channels,
     num_classes, image_size; text: vocab_size, seq_len, num_classes) and lr/momentum/wd.
-    Raises ConfigError if the model takes none of those shape keywords (wrong kind of data)."""
+
+    An ``FLModule`` must take every one (ConfigError otherwise: the wrong kind of data); a
+    plain LightningModule gets those its constructor names (its own ``configure_optimizers``
+    sets the rest), and one that needs an argument fedsim does not have is a ConfigError."""
     import inspect
 
     from fedsim.errors import ConfigError
+    from lightning_modules.base import FLModule
 
     cls = model_class(name)
     params = inspect.signature(cls.__init__).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if issubclass(cls, FLModule) and not takes_any:
         missing = [k for k in kwargs if k not in params]
         if missing:
             raise ConfigError(
@@ -62,4 +66,17 @@ def build_model(name: str, **kwargs: float) -> FLModule:
                 f"{cls.__name__} takes no {', '.join(missing)}, which data.name implies; "
                 f"pick a model for that data ({ALLOWED})",
             )
+    elif not takes_any:
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+        required = [
+            n for n, p in list(params.items())[1:]
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and n not in kwargs
+        ]  # fmt: skip
+        if required:
+            raise ConfigError(
+                "model.name", name, f"{cls.__name__} requires {', '.join(required)}, which "
+                "fedsim cannot give it (it passes the data's shape: in_channels, num_classes, "
+                "image_size or vocab_size, seq_len; and lr, momentum, weight_decay)",
+            )  # fmt: skip
     return cls(**kwargs)

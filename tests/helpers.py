@@ -218,3 +218,11 @@ def refused_check(overrides: str, capsys: Any, tmp_path: Path) -> str:
     base = [o for o in base if o.split("=")[0] not in given]  # the test's own value wins
     argv = ["run", str(config), "--check", "--no-progress", *base, *overrides.split()]
     return one_line_error(argv, capsys, work)
+
+
+def last_wins(argv: list[str]) -> list[str]:
+    """``argv`` with each ``key=value`` override kept once, its last value (the command line
+    refuses a key given twice; tests layer a base list and their own values)."""
+    keys = [a.split("=", 1)[0] if "=" in a and not a.startswith("-") else None for a in argv]
+    last = {k: i for i, k in enumerate(keys) if k is not None}
+    return [a for i, (a, k) in enumerate(zip(argv, keys, strict=True)) if k is None or last[k] == i]

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+from helpers import last_wins
 
 import fedsim.data.datasets as datasets
 from fedsim.cli import main
@@ -40,7 +41,9 @@ QUICK = ["rounds=1", "data.num_clients=4"]
 )
 def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["run", "configs/quickstart.yaml", *QUICK, *overrides, "--out", str(out)])
+    code = main(
+        last_wins(["run", "configs/quickstart.yaml", *QUICK, *overrides, "--out", str(out)])
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("fedsim: error: ") and expected in err

@@ -85,6 +85,10 @@ DEPENDENT: list[Rule] = [
         "relabel|rotation",
     ),  # fmt: skip
     ("data.partition.sigma", "data.partition.name", lambda v: v == "clustered", "clustered"),
+    ("client.betas", "client.optimizer", lambda v: v in ("adam", "adamw"), "adam|adamw"),
+    ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
+    ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),
+    ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
     *[
         (f"tracking.wandb.{key}", "tracking.wandb.enabled", lambda v: v is True, "true")
         for key in ("project", "entity", "group", "tags", "mode", "max_client_series")

@@ -20,6 +20,7 @@ import numpy as np
 
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ExperimentConfig
+from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
@@ -162,7 +163,12 @@ def build_round_kind(
 ) -> RoundKind:
     """The round kind ``kind`` for this run (checked by ``check_round_kind`` first)."""
     if kind == "exchange":
-        return ExchangeRounds(algorithm, cfg.seed, cfg.client.lr, cfg.client.batch_size)
+        c = cfg.client
+
+        def lr(round_idx: int) -> float:
+            return c.lr * lr_scale(c.lr_schedule, c.lr_decay, cfg.rounds, round_idx)
+
+        return ExchangeRounds(algorithm, cfg.seed, lr, c.batch_size)
     if kind == "buffered":
         return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, cohort))
     timeline = None

@@ -24,6 +24,7 @@ import torch
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
+from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.interrupts import Interruption, Terminated, deferred_interrupt, stop_signals
 from fedsim.metrics import best_and_final
@@ -106,6 +107,10 @@ class RoundLoop:
         summary.update(work.timing)
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
+        c = self.cfg.client
+        if plan.training and c.lr_schedule != "constant":  # the lr every client used
+            scale = lr_scale(c.lr_schedule, c.lr_decay, self.cfg.rounds, plan.round)
+            summary["lr"] = c.lr * scale
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)

@@ -81,6 +81,13 @@ def round_summary(
     if losses:
         summary["train_loss"] = float(np.mean(losses))
     summary["num_trained"] = sum(c.train_loss is not None for c in results) - len(failed)
+    logged: dict[str, list[float]] = {}  # the module's self.log values, per trained client
+    for c in results:
+        if not c.failed:
+            for name, value in c.logged.items():
+                logged.setdefault(name, []).append(value)
+    for name, values in sorted(logged.items()):
+        summary[f"train/{name}"] = float(np.mean(values))
     if failed:
         summary["failed_clients"] = failed
     summary["seconds"] = time.perf_counter() - began
@@ -111,6 +118,7 @@ def round_record(
             n=c.evaluation.num_samples,
             classes=int(num_classes[c.client]),
             weight=shares.get(c.client),
+            train=dict(c.logged) or None,
         )
         for c in results
         if c.evaluation is not None

@@ -75,7 +75,7 @@ def start_ray(runtime: RuntimeConfig) -> bool:
 
     A local Ray is sized to ``runtime.workers``; more workers than this machine's memory can
     hold are refused before it starts."""
-    if not (runtime.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized():
+    if not (runtime.address or os.environ.get("RAY_ADDRESS")):
         check_local_workers(runtime, psutil.virtual_memory().total)
     cpus = os.cpu_count() or 1
     if runtime.workers is not None:

@@ -78,7 +78,7 @@ CLIENT_COLUMNS: dict[str, Any] = {
     "classes": int,
     "weight": float,  # empty: the client did not train that round
     "attacked": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with an attack only
-}
+}  # and train/<name>: what the module logged (numbers)
 
 
 def _read_metrics(path: Path, problems: list[str]) -> list[dict[str, Any]]:
@@ -104,11 +104,14 @@ def _read_clients(path: Path, problems: list[str]) -> dict[str, np.ndarray]:
     columns: dict[str, list[float]] = {}
     with open(path, newline="", errors="replace") as handle:
         reader = csv.DictReader(handle)
-        names = [n for n in reader.fieldnames or [] if n in CLIENT_COLUMNS]
+        names = [
+            n for n in reader.fieldnames or [] if n in CLIENT_COLUMNS or n.startswith("train/")
+        ]
         for number, row in enumerate(reader, start=2):
             try:
                 values = {
-                    n: float(CLIENT_COLUMNS[n](row[n])) if row.get(n) else np.nan for n in names
+                    n: float(CLIENT_COLUMNS.get(n, float)(row[n])) if row.get(n) else np.nan
+                    for n in names
                 }
                 if any(not np.isfinite(values[n]) for n in ("client", "round") if n in values):
                     raise ValueError("no client or round")
