@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsim.config import apply_overrides, config_from_dict, read_yaml_mapping
+from fedsim.config import apply_overrides, config_from_dict
+from fedsim.config.compose import read_composed, resolve_interpolations
 from fedsim.search.options import given_from_args, resolve_options
 from fedsim.search.resources import check_fits, trial_bundles, trial_executor_for, trial_runtime
 from fedsim.search.results import (
@@ -43,9 +44,9 @@ def load_tune_config(
     config: str | Path, overrides: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(experiment raw dict with overrides applied, ``tune:`` section) of a YAML file."""
-    raw = read_yaml_mapping(config)
+    raw = read_composed(config)  # its base configs merged in
     section = raw.pop("tune", None) or {}
-    return apply_overrides(raw, overrides), section
+    return resolve_interpolations(apply_overrides(raw, overrides)), section
 
 
 def run_tune(config: str | Path, overrides: list[str], **given: Any) -> TuneOutcome:
