@@ -25,7 +25,7 @@ import fedsim
 from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
-from fedsim.interrupts import Terminated, stop_signals
+from fedsim.interrupts import stop_signal, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -263,7 +263,7 @@ def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
         with stop_signals():  # SIGTERM before the rounds start stops as Ctrl-C does
             return args.func(args)
     except KeyboardInterrupt as stop:  # before any round ran (a run reports its own)
-        terminated = isinstance(stop, Terminated)
+        terminated = stop_signal(stop) == "SIGTERM"
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         where = " before any round finished; nothing to resume" if args.command == "run" else ""
         print(f"fedsim: {how}{where}", file=sys.stderr)

@@ -41,10 +41,23 @@ def _handler(previous: Any) -> Any:
     return signal.SIG_DFL if previous is None else previous
 
 
+_received: list[int] = []  # the last signal that stopped a run (Ray re-raises a plain
+# KeyboardInterrupt from inside ray.get, losing Terminated's type)
+
+
 def _raise_for(signum: int) -> None:
+    _received[:] = [signum]
     if signum == signal.SIGTERM:
         raise Terminated
     raise KeyboardInterrupt
+
+
+def stop_signal(stop: BaseException) -> str:
+    """``SIGTERM`` or ``SIGINT``: what stopped the run with ``stop`` (Ray turns our
+    ``Terminated`` into a plain KeyboardInterrupt, so the handler's record decides)."""
+    received, _received[:] = list(_received), []
+    terminated = isinstance(stop, Terminated) or received == [signal.SIGTERM]
+    return "SIGTERM" if terminated else "SIGINT"
 
 
 @contextmanager

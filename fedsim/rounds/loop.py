@@ -26,7 +26,7 @@ from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.interrupts import Interruption, Terminated, deferred_interrupt, stop_signals
+from fedsim.interrupts import Interruption, deferred_interrupt, stop_signal, stop_signals
 from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
@@ -92,7 +92,7 @@ class RoundLoop:
                     with deferred_interrupt():  # commit the round whole, or not at all
                         run.commit(plan, work, began)
             except KeyboardInterrupt as stop:
-                signal = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+                signal = stop_signal(stop)
                 self.interrupted = Interruption(run.done, run.checkpoint_on_stop(), signal)
                 self.finish(run.sinks, run.history, "interrupted", run.done)
                 raise
