@@ -50,22 +50,38 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
         assert row["_step"] == local["round"]
         for key, value in local.items():
             assert row[key] == pytest.approx(value, rel=1e-12), key
-        hist = row["clients/accuracy"]
+        hist = row["clients/accuracy_distribution"]
         assert hist["_type"] == "histogram" and sum(hist["values"]) == 6
-        series = sorted(k for k in row if k.startswith("client/") and k.endswith("accuracy"))
-        assert series == [f"client/{c}/accuracy" for c in range(MAX_CLIENT_SERIES)]
+        # one section for everything per client, no panel per client
+        assert not [k for k in row if k.startswith("client/")]
+        assert all(k.startswith("clients/") for k in row if k.startswith("client"))
 
     with open(run_dir / "clients.csv") as handle:
         clients = list(csv.DictReader(handle))
-    for row in clients:
-        if int(row["client"]) < MAX_CLIENT_SERIES:
-            step = wb.history[int(row["round"])]
-            assert step[f"client/{row['client']}/accuracy"] == pytest.approx(float(row["accuracy"]))
-            logged = step.get(f"client/{row['client']}/weight")
-            assert weight(logged) == weight(row["weight"])  # both absent when it did not train
+    # one multi-line chart per metric (a line per client 0..max_client_series-1), logged at
+    # rounds 1 and 2; the last one holds clients.csv's values of those clients
+    files = offline[0] / "files"
+    for metric in ("accuracy", "loss", "weight"):
+        chart = wb.charts[f"clients/{metric}"]["panel_config"]
+        assert chart["panelDefId"] == "wandb/lineseries/v0"
+        assert chart["stringSettings"]["xname"] == "round"
+        key = f"clients/{metric}_table"
+        logged = [row[key] for row in wb.history if key in row]
+        assert [t["_type"] for t in logged] == ["table-file"] * 2
+        table = json.loads((files / logged[-1]["path"]).read_text())
+        assert table["columns"] == ["step", "lineKey", "lineVal"]
+        expected = {
+            (int(r["round"]), f"client {r['client']}", round(float(r[metric]), 9))
+            for r in clients
+            if int(r["client"]) < MAX_CLIENT_SERIES and r[metric] != ""
+        }
+        assert {(x, k, round(v, 9)) for x, k, v in table["data"]} == expected
+        assert len(table["data"]) == len(expected)
+        first = json.loads((files / logged[0]["path"]).read_text())  # at round 1: rounds 0-1
+        assert {x for x, _, _ in first["data"]} <= {0, 1}
 
     # the per-client table (incremental: one file of new rows per round) holds clients.csv
-    tables = sorted((offline[0] / "files" / "media" / "table").glob("clients_*.table.json"))
+    tables = sorted((files / "media" / "table" / "clients").glob("table_*.table.json"))
     table_rows = []
     for path in tables:
         table = json.loads(path.read_text())

@@ -234,7 +234,7 @@ class WandbConfig:
         lambda v: v in ("online", "offline", "disabled"),
         "allowed: online, offline, disabled",
     )
-    max_client_series: int = checked(  # per-client accuracy curves for clients 0..N-1
+    max_client_series: int = checked(  # clients 0..N-1 drawn in the per-client charts
         20, lambda v: v >= 0, "must be >= 0"
     )
 
