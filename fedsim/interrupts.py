@@ -26,14 +26,26 @@ class Terminated(KeyboardInterrupt):
     """The run received SIGTERM; it stops like Ctrl-C (exit code 143 from the CLI)."""
 
 
+class Stopped(KeyboardInterrupt):
+    """A sink ended the run on purpose while a round was logged (a search's scheduler stopped
+    its trial): the run stops as after Ctrl-C, with ``status: stopped`` in its summary."""
+
+
 @dataclass(frozen=True)
 class Interruption:
-    """Where a Ctrl-C or SIGTERM stopped a run: rounds completed, the checkpoint to resume
-    from, and the signal (``SIGINT`` / ``SIGTERM``)."""
+    """Where a Ctrl-C, SIGTERM or a sink stopped a run: rounds completed, the checkpoint to
+    resume from, and why (``SIGINT`` / ``SIGTERM`` / ``stopped``: ``Stopped``)."""
 
     rounds_done: int
     checkpoint: Path | None
     signal: str = "SIGINT"
+
+
+def stop_reason(stop: KeyboardInterrupt) -> str:
+    """``SIGTERM``, ``stopped`` (a sink's ``Stopped``) or ``SIGINT``."""
+    if isinstance(stop, Terminated):
+        return "SIGTERM"
+    return "stopped" if isinstance(stop, Stopped) else "SIGINT"
 
 
 def _handler(previous: Any) -> Any:
