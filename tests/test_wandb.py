@@ -9,13 +9,14 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from tracking_runs import MAX_CLIENT_SERIES, tiny_runs
+from tracking_runs import GROUP, MAX_CLIENT_SERIES, tiny_runs
 
 from fedsim.config import WandbConfig, load_config
 from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
 from fedsim.tracking.wandb_offline import read_offline_run
 from fedsim.tracking.wandb_sink import WandbSink, resolve_mode
+from ray_jobs.reproduce import plan_runs
 
 
 def normalized(rows: list) -> set[tuple]:
@@ -102,6 +103,9 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     for key, value in config.items():
         assert wb.config[key] == value, key
+    # tracking.wandb.params are top-level config keys (parallel coordinates), beside the group
+    assert wb.config["arm"] == "baseline" and wb.config["client_lr"] == 0.05
+    assert wb.group == GROUP and wb.tags == ["test"]
     assert wb.config["partition_stats"]["stats"] == partition["stats"]
 
     plots = {k for k in wb.history[-1] if k.startswith("plots/")}
@@ -179,3 +183,22 @@ def test_wandb_log_failure_mid_run_stops_logging_only(monkeypatch, tmp_path, cap
 def test_tracking_config_is_validated(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         load_config("configs/quickstart.yaml", [override])
+
+
+def test_reproduce_runs_share_a_group_and_carry_their_config_file(tmp_path):
+    """One ray_jobs.reproduce table is one W&B group; each run's config file is a top-level
+    W&B config key beside its seed (fedsim tune's trials: tests/test_tune.py)."""
+    configs = ["configs/quickstart.yaml", "configs/tune/fedavg-lr.yaml"]
+    wandb = ["tracking.wandb.enabled=true", "runtime.executor=local"]
+    specs = plan_runs(configs, [0, 1], wandb, tmp_path, "auto", "reproduce-1")
+    assert len(specs) == 4
+    for spec in specs:
+        run = spec.raw["tracking"]["wandb"]
+        assert run["group"] == "reproduce-1" and "reproduce" in run["tags"]
+        assert run["params"] == {"config_file": spec.config} and spec.raw["seed"] == spec.seed
+    named = plan_runs(configs[:1], [0], [*wandb, "tracking.wandb.group=mine"], tmp_path, "auto",
+                      "reproduce-1")  # fmt: skip
+    assert named[0].raw["tracking"]["wandb"]["group"] == "mine"  # a config's own group wins
+    plain = plan_runs(configs[:1], [0], ["runtime.executor=local"], tmp_path, "auto", "r-1")
+    assert plain[0].raw["tracking"]["wandb"]["group"] is None  # no W&B: nothing set
+    assert plain[0].raw["tracking"]["wandb"]["params"] == {}

@@ -20,14 +20,16 @@ _RECORD = struct.Struct("<IHB")  # crc32, length, type (FULL=1 FIRST=2 MIDDLE=3 
 
 @dataclass
 class OfflineRun:
-    """What an offline ``.wandb`` file holds: config, history rows (by step), summary, and the
-    custom charts' panel specs by key (``wandb.plot.line_series`` and the like)."""
+    """What an offline ``.wandb`` file holds: config, history rows (by step), summary, the
+    custom charts' panel specs by key (``wandb.plot.line_series`` and the like), group, tags."""
 
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     charts: dict[str, Any] = field(default_factory=dict)
+    group: str = ""
+    tags: list[str] = field(default_factory=list)
 
 
 def find_wandb_file(path: str | Path) -> Path:
@@ -91,6 +93,8 @@ def read_offline_run(path: str | Path) -> OfflineRun:
     steps: dict[int, dict[str, Any]] = {}
     for record in iter_records(wandb_file):
         kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out.group, out.tags = record.run.run_group, list(record.run.tags)
         if kind in ("run", "config"):
             items = record.run.config.update if kind == "run" else record.config.update
             for item in items:

@@ -154,7 +154,9 @@ class WandbSink(Sink):
     def _init(self, config: dict[str, Any], partition: dict[str, Any]) -> Any:
         wandb = self._wandb
         (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
-        run_config = dict(config)
+        # tracking.wandb.params (a search's sampled values) as top-level keys beside the
+        # config's own sections, for W&B's runs table and parallel coordinates
+        run_config = {**self.cfg.params, **config}
         run_config["partition_stats"] = {
             k: partition.get(k) for k in ("dataset", "num_clients", "num_classes", "partition")
         } | {"stats": partition.get("stats", {})}
