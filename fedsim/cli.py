@@ -3,7 +3,8 @@
   fedsim run CONFIG [key=value ...] [--out DIR] [--resume | --overwrite] [--check]
   fedsim keys [SECTION]          every config key: type, default, allowed values, meaning
   fedsim report RUN_DIR ...      redraw a run folder's plots
-  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]
+  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
+  fedsim tune --resume DIR       continue an interrupted search
 
 Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys' lists them.
 """
