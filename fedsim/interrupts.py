@@ -27,8 +27,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class Stopped(KeyboardInterrupt):
-    """A sink ended the run on purpose while a round was logged (a search's scheduler stopped
-    its trial): the run stops as after Ctrl-C, with ``status: stopped`` in its summary."""
+    """A sink ended the run on purpose while a round was logged (Ray Tune ended the trial:
+    its scheduler stopped it, or the search itself stopped): the run stops as after Ctrl-C,
+    with ``status: stopped`` in its summary."""
 
 
 @dataclass(frozen=True)
