@@ -4,7 +4,8 @@
                                  [--print-config]
   fedsim keys [SECTION]          algorithms, models, datasets; a section's or algorithm's keys
   fedsim report RUN_DIR ...      redraw a run folder's plots
-  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]
+  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
+  fedsim tune --resume DIR       continue an interrupted search
 
 Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys' lists them.
 """
@@ -25,7 +26,7 @@ import fedsim
 from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
-from fedsim.interrupts import stop_signal, stop_signals
+from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -263,7 +264,7 @@ def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
         with stop_signals():  # SIGTERM before the rounds start stops as Ctrl-C does
             return args.func(args)
     except KeyboardInterrupt as stop:  # before any round ran (a run reports its own)
-        terminated = stop_signal(stop) == "SIGTERM"
+        terminated = stop_reason(stop) == "SIGTERM"
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         where = " before any round finished; nothing to resume" if args.command == "run" else ""
         print(f"fedsim: {how}{where}", file=sys.stderr)

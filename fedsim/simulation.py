@@ -104,8 +104,7 @@ def federation_info(
         client_clusters=data.partition.get("client_clusters"),
         partition=str(data.partition.get("name", "")),
         client_epochs=[
-            epochs if cycle is None else cycle[k % len(cycle)]
-            for k in range(data.num_clients)
+            epochs if cycle is None else cycle[k % len(cycle)] for k in range(data.num_clients)
         ],  # fmt: skip
         batch_size=batch_size,
     )

@@ -4,7 +4,8 @@
         python -m ray_jobs.tune configs/tune/fedavg-lr.yaml --samples 32 --out /shared/tune-lr
 
 It is ``fedsim tune`` joined to the job's cluster (``RAY_ADDRESS``, or ``--address``); on a
-multi-node cluster ``--out`` and ``data.root`` must be paths every node shares.
+multi-node cluster ``--out`` and ``data.root`` must be paths every node shares. A job that
+was stopped continues with ``python -m ray_jobs.tune --resume /shared/tune-lr``.
 """
 
 from __future__ import annotations

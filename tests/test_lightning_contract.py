@@ -31,6 +31,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def examples_on_path(monkeypatch):
     """What ``PYTHONPATH=examples`` does for a user (the example package is not installed)."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
 TINY = ["data.num_clients=4", "data.max_samples=400", "rounds=2"]
 
 
