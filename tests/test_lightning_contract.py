@@ -70,6 +70,7 @@ def test_every_form_lightning_allows(kind):
     assert len(schedules) == (kind in ("tuple", "dict"))
     if kind == "dict":  # interval step, frequency 2: stepped after steps 2 and 4
         for step in range(1, 5):
+            optimizer.step()  # as in training (PyTorch warns of a scheduler stepped first)
             step_schedulers(schedules, "step", step)
         assert optimizer.param_groups[0]["lr"] == pytest.approx(0.25)
 
