@@ -24,10 +24,11 @@ one-line ``ConfigError`` before the file is unpickled.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import io
 import os
 import re
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,14 @@ from fedsim.checkpoint_allowlist import (
     allowed_global,
     numpy_dtype_classes,
     plugin_modules,
+)
+from fedsim.checkpoint_digest import (
+    CheckpointUnreadable,
+    HashingWriter,
+    damage,
+    digest_path,
+    read_verified,
+    write_digest,
 )
 from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
@@ -60,14 +69,6 @@ class Checkpoint:
     algorithm: Any = None  # the run's Algorithm (None in checkpoints written before it was kept)
     deployment: Any = None  # the deployment options' state (fedsim/deployment/driver.py)
     round_kind: Any = None  # the round kind's state (asynchronous: clients in flight, clock)
-
-
-class CheckpointUnreadable(Exception):
-    """A checkpoint file that cannot be read back; ``reason`` says why in a few words."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -114,15 +115,17 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
             for r in checkpoint.records
         ],
     }
-    tmp = path.with_suffix(".tmp")
+    tmp, tmp_digest = path.with_suffix(".tmp"), path.with_suffix(".sha256.tmp")
     try:
         with open(tmp, "wb") as file:
-            torch.save(payload, file)
+            writer = HashingWriter(file)
+            torch.save(payload, writer)
             file.flush()
             os.fsync(file.fileno())
-        verified = load_checkpoint(tmp, checkpoint.config)
+        write_digest(tmp_digest, writer.sha256.hexdigest(), path.name)
+        verified = load_checkpoint(tmp, checkpoint.config, digest=tmp_digest)
     except ConfigError as err:  # it holds an object a resume would refuse to load
-        tmp.unlink(missing_ok=True)
+        _remove(tmp, tmp_digest)
         raise ConfigError(
             "checkpoint_every",
             checkpoint.config.get("checkpoint_every"),
@@ -132,10 +135,11 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
             "states, or set checkpoint_every=0",
         ) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp, tmp_digest)
         raise
     close_stores(verified.state)
     close_stores(verified.client_states)
+    os.replace(tmp_digest, digest_path(path))  # the digest first: a .pt never lacks its own
     os.replace(tmp, path)
     # keep the two newest up to this one; any newer ones belong to a run this one replaced
     # (a resume that fell back past a damaged checkpoint)
@@ -143,12 +147,17 @@ def save_checkpoint(run_dir: str | Path, checkpoint: Checkpoint) -> Path:
     for old in checkpoints(run_dir):
         rounds = int(_NAME.fullmatch(old.name)[1])
         if rounds > checkpoint.rounds_trained:
-            old.unlink(missing_ok=True)
+            _remove(old, digest_path(old))
         elif rounds < checkpoint.rounds_trained:
             older += 1
             if older >= KEEP:
-                old.unlink(missing_ok=True)
+                _remove(old, digest_path(old))
     return path
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def close_stores(value: Any) -> None:
@@ -165,19 +174,23 @@ def close_stores(value: Any) -> None:
             close_stores(item)
 
 
-def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> Checkpoint:
-    """The checkpoint at ``path``, unpickled without running code from it.
+def load_checkpoint(
+    path: str | Path, config: dict[str, Any] | None = None, *, digest: Path | None = None
+) -> Checkpoint:
+    """The checkpoint at ``path``, verified against its digest, unpickled without running code.
 
     ``config``: the run's config (its ``config.yaml``, or the resuming run's), whose algorithm
-    and model modules, when named by import path, the checkpoint may reference. Raises
-    CheckpointUnreadable (a damaged file) or ConfigError (it names a global fedsim does not
-    load).
+    and model modules, when named by import path, the checkpoint may reference. ``digest``:
+    where its SHA-256 is (default ``<name>.sha256`` beside it). Raises CheckpointUnreadable
+    (a damaged file) or ConfigError (it names a global fedsim does not load).
     """
     path = Path(path)
+    data = read_verified(path, digest)
+    raw = data.getvalue()
     try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(raw))
     except Exception as err:  # noqa: BLE001 - any failure to read it is damage
-        raise CheckpointUnreadable(path, _damage(path, err)) from None
+        raise CheckpointUnreadable(path, damage(path, raw, err)) from None
     outside = [n for n in names if n.split(".")[0] not in ("numpy", *TRUSTED_PACKAGES)]
     plugins = plugin_modules(config) if outside else []
     allowed = [(allowed_global(name, path, plugins), name) for name in sorted(names)]
@@ -185,9 +198,9 @@ def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> C
         allowed += numpy_dtype_classes()
     try:
         with torch.serialization.safe_globals(allowed):
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001
-        raise CheckpointUnreadable(path, _damage(path, err)) from None
+        raise CheckpointUnreadable(path, damage(path, raw, err)) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointUnreadable(path, f"not a fedsim checkpoint of format {FORMAT}")
     try:
@@ -231,25 +244,6 @@ def newest_readable_checkpoint(
 def _one_line(err: object, limit: int = 160) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _damage(path: Path, err: BaseException) -> str:
-    """Why ``path`` could not be loaded, in a few words."""
-    if isinstance(err, OSError) and not path.is_file():
-        return "missing"
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as file:
-            head = file.read(4)
-    except OSError as error:
-        return f"cannot be read ({error.strerror or error})"
-    if size == 0:
-        return "empty file"
-    if head != b"PK\x03\x04":
-        return f"not a checkpoint file: {size} bytes that are not a torch.save archive"
-    if not zipfile.is_zipfile(path):
-        return f"truncated at {size} bytes"
-    return f"unreadable: {type(err).__name__}: {_one_line(err)}"
 
 
 def _filled(old: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -297,24 +291,43 @@ def config_defaults(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_resumable(checkpoint: Checkpoint, config: dict[str, Any], path: Path) -> None:
+def _without(config: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of ``config`` without the ``dotted`` keys (``client.lr``), at any depth."""
+    out = copy.deepcopy(config)
+    for key in dotted:
+        *path, last = key.split(".")
+        section: Any = out
+        for part in path:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            section.pop(last, None)
+    return out
+
+
+def check_resumable(
+    checkpoint: Checkpoint, config: dict[str, Any], path: Path, may_change: tuple[str, ...] = ()
+) -> None:
     """Raise ConfigError unless ``config`` continues the checkpoint's run.
 
     A key the checkpoint's config lacks (one added to fedsim after it was written) counts as
-    unchanged when ``config`` has its default there.
+    unchanged when ``config`` has its default there. ``may_change``: dotted keys that may
+    differ besides RESUMABLE_CHANGES (a Population Based Training exploit continues another
+    trial's checkpoint with new values of the searched keys).
     """
-    saved = _filled(checkpoint.config, config_defaults(config))
+    saved = _without(_filled(checkpoint.config, config_defaults(config)), may_change)
+    current = _without(config, may_change)
     changed = sorted(
         key
-        for key in set(config) | set(saved)
-        if key not in RESUMABLE_CHANGES and config.get(key) != saved.get(key)
+        for key in set(current) | set(saved)
+        if key not in RESUMABLE_CHANGES and current.get(key) != saved.get(key)
     )
     if changed:
+        allowed = ", ".join((*RESUMABLE_CHANGES, *may_change))
         raise ConfigError(
             "--resume",
             str(path),
             f"the config differs from the checkpoint's in {', '.join(changed)}; only "
-            f"{', '.join(RESUMABLE_CHANGES)} may change",
+            f"{allowed} may change",
         )
     if config["rounds"] < checkpoint.rounds_trained:
         raise ConfigError(

@@ -1,9 +1,11 @@
 """fedsim: federated-learning experiments from one YAML config.
 
   fedsim run CONFIG [key=value ...] [--out DIR] [--resume | --overwrite] [--check]
-  fedsim keys [SECTION]          every config key: type, default, allowed values, meaning
+                                 [--print-config]
+  fedsim keys [SECTION]          algorithms, models, datasets; a section's or algorithm's keys
   fedsim report RUN_DIR ...      redraw a run folder's plots
-  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]
+  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
+  fedsim tune --resume DIR       continue an interrupted search
 
 Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys' lists them.
 """
@@ -11,16 +13,20 @@ Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import typing
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from fedsim.config import load_config
+import fedsim
+from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
-from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.errors import ConfigError, RunFailure
+from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -44,17 +50,32 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.print_config:  # the merged config, every default filled in, then exit
+        check_given_once(args.overrides)
+        cfg = load_config(args.config, args.overrides)
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return 0
+    search = [o for o in args.overrides if o.split("=", 1)[0].strip().startswith("tune.")]
+    if search:
+        key, _, value = search[0].partition("=")
+        raise ConfigError(
+            key.strip(), value, "a search option: fedsim run ignores the tune section; use "
+            "fedsim tune (fedsim tune --help)",
+        )  # fmt: skip
+    check_given_once(args.overrides)
     cfg = load_config(args.config, args.overrides)
     if args.resume and args.overwrite:
         raise ConfigError("--overwrite", True, "cannot be combined with --resume")
+    if args.out is not None and not args.out.strip():
+        raise ConfigError("--out", args.out, "an empty path; give the run's folder")
+    if not args.resume:  # before anything starts (the run checks it again), --check too
+        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+        check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
     if args.check:
         from fedsim.experiment import check_experiment
 
         print(check_experiment(cfg))
         return 0
-    if not args.resume:  # before anything starts (the run checks it again)
-        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
-        check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
     early = start_early(cfg, resume=args.resume)  # Ray starts while torch imports
     from fedsim.experiment import RunInterrupted, run_experiment
 
@@ -70,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except RunInterrupted as stop:
         print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)
-        return 130
+        return stop.exit_code
     console = Console()
     console.print(
         summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
@@ -89,10 +110,27 @@ def resume_command(args: argparse.Namespace, stop: object) -> str:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from fedsim.keys import render_markdown, render_text, select
+    from fedsim.keys import (
+        algorithm_names,
+        overview,
+        own_keys,
+        render_markdown,
+        render_text,
+        select,
+    )
 
+    if args.section is None and not args.markdown:
+        print(overview())
+        return 0
     keys = select(args.section)
     print(render_markdown(keys) if args.markdown else render_text(keys))
+    name = (args.section or "").removeprefix("algorithm.")
+    if not args.markdown and (name in algorithm_names() or ":" in name):
+        hidden = own_keys(name)[1]
+        if hidden:
+            group = hidden[0].group.split(" (")[0]
+            names = ", ".join(k.key.removeprefix("algorithm.") for k in hidden)
+            print(f"({group}: {names}; fedsim keys fedvg describes them)")
     return 0
 
 
@@ -110,6 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from fedsim.search.sweep import run_from_args
 
+    check_given_once(args.overrides)
     return run_from_args(args)
 
 
@@ -140,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="fedsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"fedsim {fedsim.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser(
         "run",
@@ -164,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="replace the run in --out (the folder is cleared first)",
+    )
+    run.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the fully merged config (bases, overrides, every default) and exit",
     )
     run.add_argument(
         "--check",
@@ -197,6 +242,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # bare `fedsim`: the help, not an error
+        parser.print_help()
+        return 0
+    try:
+        return _main(parser, argv)
+    except BrokenPipeError:  # `fedsim keys | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
     if unknown:
@@ -204,11 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # key=value overrides given after an option
         args.overrides = [*args.overrides, *extra]
     try:
-        return args.func(args)
+        with stop_signals():  # SIGTERM before the rounds start stops as Ctrl-C does
+            return args.func(args)
+    except KeyboardInterrupt as stop:  # before any round ran (a run reports its own)
+        terminated = stop_reason(stop) == "SIGTERM"
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        where = " before any round finished; nothing to resume" if args.command == "run" else ""
+        print(f"fedsim: {how}{where}", file=sys.stderr)
+        return 143 if terminated else 130
     except ConfigError as err:
         print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 2
-    except ClientFailureError as err:
+    except RunFailure as err:  # clients diverged, a spilled state changed on disk
         print(f"fedsim: error: {one_line(err)}", file=sys.stderr)
         return 1
 

@@ -15,8 +15,9 @@ from fedsim.checkpoint import (
     checkpoint_dir,
     newest_readable_checkpoint,
 )
+from fedsim.checkpoint_digest import digest_path
 from fedsim.config import ExperimentConfig
-from fedsim.errors import ConfigError
+from fedsim.errors import ClientFailureError, ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
 from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir
@@ -43,10 +44,14 @@ def write_report_safely(run_dir: Path) -> list[Path]:
         return []
 
 
-def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
+def resumable_checkpoint(
+    cfg: ExperimentConfig, run_dir: Path, may_change: tuple[str, ...] = ()
+) -> Checkpoint:
     """The newest readable checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError).
 
-    Damaged newer ones are skipped with a one-line warning; none readable is a ConfigError.
+    Damaged newer ones are renamed aside (``round_00004.pt.damaged``) with a one-line
+    warning saying which rounds run again; none readable is a ConfigError. ``may_change``:
+    dotted keys the config may change besides those any resume may (``check_resumable``).
     """
     config = cfg.to_dict()
     checkpoint, path, damaged = newest_readable_checkpoint(run_dir, config)
@@ -60,36 +65,70 @@ def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
     if checkpoint is None or path is None:
         reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
         raise ConfigError("--resume", str(run_dir), f"no readable checkpoint ({reasons})")
-    if damaged:
-        skipped = "; ".join(
-            f"{err.path.parent.name}/{err.path.name} is damaged ({err.reason})" for err in damaged
-        )
-        print(f"fedsim: warning: {skipped}; resuming from {path.name}", file=sys.stderr)
-    check_resumable(checkpoint, config, path)
+    check_resumable(checkpoint, config, path, may_change)
+    if damaged:  # kept aside for inspection, and said which rounds run again
+        newest = max(int(err.path.stem.split("_")[-1]) for err in damaged)
+        first, last = checkpoint.rounds_trained, newest - 1
+        again = f"round {first} is" if first == last else f"rounds {first}-{last} are"
+        again += " computed again"
+        for err in damaged:
+            aside = err.path.with_name(err.path.name + ".damaged")
+            err.path.replace(aside)
+            digest = digest_path(err.path)
+            if digest.is_file():
+                digest.replace(digest.with_name(digest.name + ".damaged"))
+            print(
+                f"fedsim: warning: {err.path.parent.name}/{err.path.name} is damaged "
+                f"({err.reason}), kept as {aside.name}; resuming from {path.name}: {again}",
+                file=sys.stderr,
+            )
     return checkpoint
 
 
 class RunInterrupted(Exception):
-    """Ctrl-C stopped a run; ``checkpoint`` is where it can resume from (None: nowhere)."""
+    """Ctrl-C, SIGTERM or a sink stopped a run; ``checkpoint`` is where it can resume from
+    (None: nowhere); ``signal``: SIGINT, SIGTERM or ``stopped`` (a sink's ``Stopped``)."""
 
-    def __init__(self, run_dir: Path, rounds_done: int, checkpoint: Path | None) -> None:
+    def __init__(
+        self, run_dir: Path, rounds_done: int, checkpoint: Path | None, signal: str = "SIGINT"
+    ) -> None:
         super().__init__(f"interrupted after {rounds_done} rounds")
         self.run_dir, self.rounds_done, self.checkpoint = run_dir, rounds_done, checkpoint
+        self.signal = signal
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for death by this signal: 130 (SIGINT), 143 (SIGTERM)."""
+        return 143 if self.signal == "SIGTERM" else 130
 
     def describe(self, resume_command: str) -> str:
         """One line: where the run stopped and how to continue it."""
-        done = f"interrupted in {self.run_dir} after {self.rounds_done} completed rounds"
+        how = {"SIGTERM": "terminated (SIGTERM)", "stopped": "stopped"}.get(
+            self.signal, "interrupted"
+        )
+        done = f"{how} in {self.run_dir} after {self.rounds_done} completed rounds"
         if self.checkpoint is None:
             return f"{done}; no checkpoint (checkpoint_every=0), so it cannot be resumed"
         return f"{done}; resume with: {resume_command}"
 
 
 def check_experiment(cfg: ExperimentConfig) -> str:
-    """Validate ``cfg`` as a run would, without a run folder, Ray or training; a summary line.
+    """Validate ``cfg`` as a run would, without a run folder, Ray, training or a download; a
+    summary line.
 
     Builds the federation (dataset, partition, splits), the model and the algorithm, and
     checks the runtime settings this machine can check (a CUDA device that is not there).
     """
+    from fedsim.data.datasets import dataset_present
+
+    d = cfg.data
+    if d.download and not dataset_present(d.name, d.root):  # --check downloads nothing
+        check_runtime(cfg.runtime)
+        return (
+            f"config OK (keys and values): {cfg.algorithm.name} on {d.name}, {cfg.rounds} "
+            f"rounds, executor {cfg.runtime.executor}; {d.name} is not under data.root="
+            f"{d.root}, so the partition, model and algorithm are checked when a run downloads it"
+        )
     simulation = Simulation(cfg)
     check_runtime(cfg.runtime)
     data = simulation.data
@@ -110,27 +149,29 @@ def prepare_run(
     progress: bool,
     resume: bool,
     overwrite: bool,
+    resume_changes: tuple[str, ...] = (),
 ) -> tuple[Simulation, Path, Checkpoint | None, list[Sink]]:
     """The simulation (built here unless given), the run folder (checked, not made), the
-    checkpoint to resume, the sinks."""
+    checkpoint to resume, the sinks (the extra ones after the run's own: a sink that stops
+    the run sees a round only once every other sink has it)."""
     simulation = Simulation(cfg) if simulation is None else simulation
     check_runtime(cfg.runtime)
     if resume:
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
         check_out_dir(run_dir, resume=True, overwrite=False)
-        checkpoint = resumable_checkpoint(cfg, run_dir)
+        checkpoint = resumable_checkpoint(cfg, run_dir, resume_changes)
     else:
         run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
         check_out_dir(run_dir, resume=False, overwrite=overwrite)
         checkpoint = None
-    sinks: list[Sink] = [FileSink(), *(extra_sinks or [])]
+    sinks: list[Sink] = [FileSink()]
     if cfg.tracking.wandb.enabled:
         from fedsim.tracking.wandb_sink import WandbSink
 
         sinks.append(WandbSink(cfg.tracking.wandb))
     if progress:
         sinks.append(ProgressSink(cfg.rounds, description=cfg.name))
-    return simulation, run_dir, checkpoint, sinks
+    return simulation, run_dir, checkpoint, [*sinks, *(extra_sinks or [])]
 
 
 def run_experiment(
@@ -144,6 +185,7 @@ def run_experiment(
     overwrite: bool = False,
     simulation: Simulation | None = None,
     pool: StartedPool | None = None,
+    resume_changes: tuple[str, ...] = (),
 ) -> RunResult:
     """Everything that can fail on bad input fails before the run folder exists.
 
@@ -153,12 +195,15 @@ def run_experiment(
     the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
     ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
     ``simulation`` (built from ``cfg``) and ``pool`` (Ray and the worker actors): started
-    ahead by ``fedsim.early_start``; the run owns the pool from then on.
+    ahead by ``fedsim.early_start``; the run owns the pool from then on. ``resume_changes``:
+    dotted keys a resume may change besides name, rounds, runtime... (a Population Based
+    Training exploit: the searched keys). An extra sink may stop the run by raising
+    ``fedsim.interrupts.Stopped`` (``RunInterrupted`` with signal ``stopped``).
     """
     try:
         simulation, run_dir, checkpoint, sinks = prepare_run(
             cfg, out_dir, extra_sinks, simulation, progress=progress, resume=resume,
-            overwrite=overwrite,
+            overwrite=overwrite, resume_changes=resume_changes,
         )  # fmt: skip
         prepared_at = time.time()
         executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data, pool=pool)
@@ -176,9 +221,16 @@ def run_experiment(
         started = True
         try:
             result = simulation.run(executor, sinks, run_dir=run_dir, resume=checkpoint)
+        except ClientFailureError as err:
+            raise ClientFailureError(
+                f"{err}; {run_dir} is kept: its metrics.jsonl and clients.csv show the rounds "
+                "up to the divergence"
+            ) from None
         except KeyboardInterrupt:
             stopped = simulation.interrupted or Interruption(0, None)
-            raise RunInterrupted(run_dir, stopped.rounds_done, stopped.checkpoint) from None
+            raise RunInterrupted(
+                run_dir, stopped.rounds_done, stopped.checkpoint, stopped.signal
+            ) from None
         write_startup(run_dir, executor, driver_ready=prepared_at)
         write_algorithm_figures(
             run_dir, simulation.algorithm, result.state, result.client_store, cfg.to_dict()

@@ -5,6 +5,7 @@ Checked before anything starts, so a bad ``--out`` is one line and leaves nothin
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -25,13 +26,19 @@ def default_run_dir(cfg: ExperimentConfig, runs_root: str | Path = "runs") -> Pa
 def check_out_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     """ConfigError unless ``run_dir`` can hold this run (raised before anything is written).
 
-    A file in its place or above it, or a folder that already holds a run (unless the run is
-    resumed or ``overwrite`` clears it), is refused.
+    A file in its place or above it, a place this process cannot write (the
+    nearest existing folder is not writable, e.g. /proc), or a folder that already holds a run
+    (unless the run is resumed or ``overwrite`` clears it), is refused.
     """
     for parent in (run_dir, *run_dir.parents):
         if parent.exists() and not parent.is_dir():
             where = "is a file" if parent == run_dir else f"is inside {parent}, which is a file"
             raise ConfigError("--out", str(run_dir), f"{where}; give a folder")
+    existing = next(p for p in (run_dir, *run_dir.parents, Path.cwd()) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK) or _special_filesystem(existing):
+        raise ConfigError(
+            "--out", str(run_dir), f"cannot be written here ({existing} is not writable)"
+        )
     if resume or not run_dir.is_dir() or not any(run_dir.iterdir()):
         return
     if not overwrite:
@@ -50,3 +57,11 @@ def make_run_dir(run_dir: Path, *, overwrite: bool) -> Path | None:
     missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)
     return missing[-1] if missing else None
+
+
+def _special_filesystem(path: Path) -> bool:
+    """Whether ``path`` lies on a kernel filesystem (/proc, /sys) that root may "write"."""
+    resolved = path.resolve()
+    return any(
+        resolved == Path(root) or Path(root) in resolved.parents for root in ("/proc", "/sys")
+    )

@@ -26,15 +26,17 @@ from fedsim.interrupts import Interruption
 from fedsim.rounds.compose import (
     build_round_kind,
     check_round_kind,
+    cohort_source,
     round_kind_name,
     server_cohort,
 )
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.runtime.executor import Executor
+from fedsim.runtime.model_contract import check_model
 from fedsim.runtime.worker import WorkerSpec
 from fedsim.tracking.base import Sink
-from lightning_modules.base import FLModule
+from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
 from lightning_modules.registry import build_model
 
@@ -84,19 +86,42 @@ def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
     }
 
 
-def federation_info(module: FLModule, data: FederatedData) -> FederationInfo:
+def federation_info(
+    module: Any, data: FederatedData, cfg: ExperimentConfig | None = None
+) -> FederationInfo:
+    """What the algorithm may know of the federation (``cfg``: the client settings; None:
+    the defaults, one epoch each, batch 10)."""
+    blocks = block_parameters(module)
+    sizes = data.train_sizes()
+    epochs, batch_size = (1, 10) if cfg is None else (cfg.client.epochs, cfg.client.batch_size)
+    cycle = None if cfg is None else cfg.client.epochs_by_client
     return FederationInfo(
         layout=ParamLayout.from_module(module),
         num_clients=data.num_clients,
         num_classes=data.num_classes,
-        train_sizes=data.train_sizes(),
+        train_sizes=sizes,
         class_counts=data.class_counts("train"),
-        head_names=module.head_parameters(1),
-        block_names=list(module.block_names),
-        block_parameters={b: module.block_parameters(b) for b in module.block_names},
+        head_names=head_parameters(module, 1),
+        block_names=list(blocks),
+        block_parameters=blocks,
         client_train_indices=[c.train for c in data.clients],
         client_clusters=data.partition.get("client_clusters"),
+        partition=str(data.partition.get("name", "")),
+        client_epochs=[
+            epochs if cycle is None else cycle[k % len(cycle)] for k in range(data.num_clients)
+        ],  # fmt: skip
+        batch_size=batch_size,
     )
+
+
+def runs_on_cuda(cfg: ExperimentConfig) -> bool:
+    """Whether the clients will train on a GPU (as far as the config and this machine tell)."""
+    r = cfg.runtime
+    if r.device.startswith("cuda"):
+        return True
+    if r.device == "cpu":
+        return False
+    return torch.cuda.is_available() or (r.gpus_per_worker or 0) > 0 or r.address is not None
 
 
 class Simulation:
@@ -108,9 +133,10 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         template = build_model(cfg.model.name, **model_kwargs(cfg, self.data))
         self.initial_params = flatten_module(template)
-        self.federation = federation_info(template, self.data)
+        self.federation = federation_info(template, self.data, cfg)
         algo_cls = get_algorithm_class(cfg.algorithm.name)
         self.algorithm: Algorithm = algo_cls(cfg.algorithm.params, self.federation)
+        check_model(cfg, template, self.algorithm, "cuda" if runs_on_cuda(cfg) else "cpu")
         d = cfg.data
         self.data = self.algorithm.prepare_data(
             self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
@@ -122,13 +148,14 @@ class Simulation:
         check_round_kind(cfg, self.algorithm, kind, num_clients)
         self.deployment = Deployment(
             cfg, self.algorithm, num_clients, server_cohort(cfg, kind, cohort_size),
-            sampled=kind != "buffered",
+            sampled=kind != "buffered", cohort_source=cohort_source(cfg, kind, num_clients),
         )  # fmt: skip
         self.round_kind = build_round_kind(
             cfg, self.algorithm, kind, self.deployment, self.data.train_sizes(), cohort_size,
             self.sample_cohort,
         )  # fmt: skip
         self.interrupted: Interruption | None = None
+        c = cfg.client
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
@@ -138,6 +165,14 @@ class Simulation:
             eval_batch_size=cfg.client.eval_batch_size,
             seed=cfg.seed,
             clip_grad_norm=cfg.client.clip_grad_norm,
+            epochs_by_client=None if c.epochs_by_client is None else tuple(c.epochs_by_client),
+            optimizer=c.optimizer,
+            betas=(float(c.betas[0]), float(c.betas[1])),
+            nesterov=c.nesterov,
+            lr_schedule=c.lr_schedule,
+            lr_decay=c.lr_decay,
+            rounds=cfg.rounds,
+            bf16=c.precision == "bf16-mixed",
         )
 
     def sample_cohort(self, round_idx: int) -> list[int]:

@@ -31,7 +31,11 @@ class CharLSTM(FLModule):
         self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, num_classes)
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The LSTM's last hidden output, which the output layer reads."""
+        out, _ = self.lstm(self.embedding(x))
+        return out[:, -1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T) -> logits (B, num_classes) for the token after the last."""
-        out, _ = self.lstm(self.embedding(x))
-        return self.head(out[:, -1])
+        return self.head(self.features(x))

@@ -34,6 +34,9 @@ class FedAvgCNN(FLModule):
         self.fc1 = nn.Sequential(nn.Linear(dim, 512), nn.ReLU(inplace=True))
         self.fc = nn.Linear(512, num_classes)
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The 512-d representation the output layer reads (MOON, FedRoD)."""
+        return self.fc1(torch.flatten(self.conv2(self.conv1(x)), 1))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv2(self.conv1(x))
-        return self.fc(self.fc1(torch.flatten(x, 1)))
+        return self.fc(self.features(x))

@@ -1,4 +1,5 @@
-"""Models by config name: a built-in name, or ``module:Class`` for a user's FLModule.
+"""Models by config name: a built-in name, or ``module:Class`` for a user's LightningModule
+(an ``FLModule``, or a plain ``pytorch_lightning.LightningModule``: see ``blocks.py``).
 
 The built-ins are import paths too, so a user's model resolves exactly as they do. Importing
 this module does not import Lightning (seconds): a config naming a built-in model is
@@ -19,9 +20,15 @@ MODELS: dict[str, str] = {
     "mlp": "lightning_modules.mlp:MLP",
 }
 MODEL_NAMES = tuple(MODELS)
+SUMMARIES = {
+    "fedavg_cnn": "PFLlib's FedAvgCNN: 2 conv + 2 FC layers (images)",
+    "resnet18": "ResNet-18 with a 3x3 stem for 32x32 images",
+    "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
+    "mlp": "fully connected ReLU layers, model.hidden sizes (default 784-200-200-10 on digits)",
+}
 ALLOWED = (
-    f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a subclass of "
-    "lightning_modules.base.FLModule with block_names"
+    f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a LightningModule "
+    "(lightning_modules.base.FLModule, or a plain pytorch_lightning.LightningModule)"
 )
 
 
@@ -31,27 +38,30 @@ def is_builtin(name: str) -> bool:
 
 
 def model_class(name: str) -> type[FLModule]:
-    """The FLModule class for ``model.name`` (raises ConfigError naming the key)."""
+    """The LightningModule class for ``model.name`` (raises ConfigError naming the key)."""
+    import pytorch_lightning as pl
+
     from fedsim.errors import ConfigError
     from fedsim.plugins import import_subclass, is_import_path
-    from lightning_modules.base import FLModule
 
     if name not in MODELS and not is_import_path(name):
         raise ConfigError("model.name", name, ALLOWED)
-    cls = import_subclass("model.name", MODELS.get(name, name), FLModule, ALLOWED)
-    if not cls.block_names:
-        raise ConfigError("model.name", name, f"{cls.__name__}.block_names is empty; {ALLOWED}")
-    return cls
+    return import_subclass("model.name", MODELS.get(name, name), pl.LightningModule, ALLOWED)
 
 
 def build_model(name: str, **kwargs: Any) -> FLModule:
     """Build model ``name`` with the shape keywords its data implies (images: in_channels,
     num_classes, image_size; text: vocab_size, seq_len, num_classes), lr/momentum/wd and,
-    if given, ``hidden`` (model.hidden). Raises ConfigError if the model takes none of those
-    shape keywords (wrong kind of data), or ``hidden`` when it has no such argument."""
+    if given, ``hidden`` (model.hidden).
+
+    An ``FLModule`` must take every one (ConfigError otherwise: the wrong kind of data); a
+    plain LightningModule gets those its constructor names (its own ``configure_optimizers``
+    sets the rest), and one that needs an argument fedsim does not have is a ConfigError.
+    ``hidden`` given to a model without such an argument is a ConfigError too."""
     import inspect
 
     from fedsim.errors import ConfigError
+    from lightning_modules.base import FLModule
 
     cls = model_class(name)
     params = inspect.signature(cls.__init__).parameters
@@ -62,7 +72,8 @@ def build_model(name: str, **kwargs: Any) -> FLModule:
             f"{name} takes no hidden layer sizes (only a model with a hidden argument, such "
             "as mlp, does); leave it null",
         )
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if issubclass(cls, FLModule) and not takes_any:
         missing = [k for k in kwargs if k not in params]
         if missing:
             raise ConfigError(
@@ -71,4 +82,17 @@ def build_model(name: str, **kwargs: Any) -> FLModule:
                 f"{cls.__name__} takes no {', '.join(missing)}, which data.name implies; "
                 f"pick a model for that data ({ALLOWED})",
             )
+    elif not takes_any:
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+        required = [
+            n for n, p in list(params.items())[1:]
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and n not in kwargs
+        ]  # fmt: skip
+        if required:
+            raise ConfigError(
+                "model.name", name, f"{cls.__name__} requires {', '.join(required)}, which "
+                "fedsim cannot give it (it passes the data's shape: in_channels, num_classes, "
+                "image_size or vocab_size, seq_len; and lr, momentum, weight_decay)",
+            )  # fmt: skip
     return cls(**kwargs)

@@ -47,8 +47,12 @@ class ResNet18(FLModule):
         self.fc = net.fc
         self.image_size = image_size
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The pooled 512-d representation the output layer reads."""
         x = self.stem(x)
         for name in self.block_names[1:-1]:
             x = getattr(self, name)(x)
-        return self.fc(torch.flatten(self.pool(x), 1))
+        return torch.flatten(self.pool(x), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))

@@ -207,11 +207,22 @@ def one_line_error(argv: list[str], capsys: Any, cwd: Path) -> str:
 
 def refused_check(overrides: str, capsys: Any, tmp_path: Path) -> str:
     """The one-line error of ``fedsim run --check`` on 400 samples over 10 IID clients with
-    ``overrides`` (space-separated key=value); asserts exit 2 and no folder."""
+    ``overrides`` (space-separated key=value, replacing those defaults); asserts exit 2 and
+    no folder."""
     config, work = tmp_path / "config.yaml", tmp_path / "work"
     config.write_text("rounds: 1\n")
     work.mkdir()
-    argv = ["run", str(config), "--check", "--no-progress", "runtime.executor=local",
-            "data.max_samples=400", "data.num_clients=10", "data.partition.name=iid",
-            *overrides.split()]  # fmt: skip
+    given = {o.split("=")[0] for o in overrides.split()}
+    base = ["runtime.executor=local", "data.max_samples=400", "data.num_clients=10",
+            "data.partition.name=iid"]  # fmt: skip
+    base = [o for o in base if o.split("=")[0] not in given]  # the test's own value wins
+    argv = ["run", str(config), "--check", "--no-progress", *base, *overrides.split()]
     return one_line_error(argv, capsys, work)
+
+
+def last_wins(argv: list[str]) -> list[str]:
+    """``argv`` with each ``key=value`` override kept once, its last value (the command line
+    refuses a key given twice; tests layer a base list and their own values)."""
+    keys = [a.split("=", 1)[0] if "=" in a and not a.startswith("-") else None for a in argv]
+    last = {k: i for i, k in enumerate(keys) if k is not None}
+    return [a for i, (a, k) in enumerate(zip(argv, keys, strict=True)) if k is None or last[k] == i]

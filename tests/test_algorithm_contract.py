@@ -60,7 +60,11 @@ BUILT_IN = sorted(n for n, c in ALGORITHMS.items() if c.__module__.startswith("f
 REQUIRED = {
     "fedprox": ["algorithm.mu=0.01"],
     # the true clusters come from a clustered partition
-    "oracle": ["data.partition.name=relabel", "data.partition.clusters=2"],
+    "oracle": [
+        "data.partition.name=relabel",
+        "data.partition.base=dirichlet",
+        "data.partition.clusters=2",
+    ],
     # splits from round 0 with thresholds every update passes, so the contract covers a split
     "fc": ["algorithm.split_after=0", "algorithm.eps1=1e9", "algorithm.eps2=1e-9"],
     "ifca": ["algorithm.clusters=2"],

@@ -18,7 +18,7 @@ from helpers import invoke_cli as invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedsim.keys import algorithm_keys, experiment_keys
+from fedsim.keys import all_keys
 
 BASE = ["runtime.executor=local", "data.num_clients=4", "rounds=1"]
 
@@ -81,13 +81,13 @@ def _write_config(folder: Path, raw: dict) -> Path:
     return path
 
 
-# --- generated input ---
+# --- generated input: every key fedsim keys lists (a new key is covered the day it lands) ---
+SECTIONS = all_keys()
 KEYS = sorted(
-    {k.key for k in experiment_keys()}
-    | {k.key for k in algorithm_keys("fedvg")}
-    | {k.key for k in algorithm_keys("fedper")}
+    {k.key for docs in SECTIONS.values() for k in docs}
     | {"nope", "data.nope", "client.lr.x", "algorithm"}
 )
+ALGORITHM_NAMES = sorted(name for name in SECTIONS if name != "experiment")
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -130,13 +130,21 @@ OVERRIDES = st.one_of(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(overrides=st.lists(OVERRIDES, min_size=1, max_size=3))
-def test_generated_overrides_validate_or_fail_in_one_line(overrides, capsys, tmp_path_factory):
+@given(
+    overrides=st.lists(OVERRIDES, min_size=1, max_size=3),
+    algorithm=st.one_of(st.none(), st.sampled_from(ALGORITHM_NAMES)),
+)
+def test_generated_overrides_validate_or_fail_in_one_line(
+    overrides, algorithm, capsys, tmp_path_factory
+):
+    """Generated values for any key of any algorithm (its own keys, or another's), with the
+    algorithm named or the default one."""
     folder = tmp_path_factory.mktemp("prop")
     config = _write_config(folder / "cfg", {})
     work = folder / "work"
     work.mkdir()
-    argv = ["run", str(config), "--check", *BASE, *overrides]
+    chosen = [] if algorithm is None else [f"algorithm.name={algorithm}"]
+    argv = ["run", str(config), "--check", *BASE, *chosen, *overrides]
     code, err = invoke(argv, capsys, work)
     assert_clean(code, err, argv)
 

@@ -33,7 +33,7 @@ FEDAVG = (10 * MODELS[0] + 30 * MODELS[1] + 60 * MODELS[2]) / 100
 
 
 def test_fedprox_requires_mu_and_validates_it():
-    with pytest.raises(ConfigError, match=r"algorithm\.mu=None: required"):
+    with pytest.raises(ConfigError, match=r"algorithm\.mu=null: required"):
         load_config(None, ["algorithm.name=fedprox"])
     with pytest.raises(ConfigError, match=r"algorithm\.mu=-0\.1: must be >= 0"):
         load_config(None, ["algorithm.name=fedprox", "algorithm.mu=-0.1"])

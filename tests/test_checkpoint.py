@@ -54,7 +54,12 @@ def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert clients_csv == (tmp_path / "straight" / "clients.csv").read_text()
     assert resumed.summary == straight.summary
     saved = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir())
-    assert saved == ["round_00002.pt", "round_00004.pt"]  # the newest two, nothing half-written
+    assert saved == [
+        "round_00002.pt",
+        "round_00002.sha256",
+        "round_00004.pt",
+        "round_00004.sha256",
+    ]  # the newest two, nothing half-written
 
 
 def test_resume_that_cannot_continue_is_one_config_error(tmp_path):

@@ -91,7 +91,7 @@ DAMAGE = {
     ),
     "another torch file": (
         lambda p: torch.save([torch.zeros(2)], p),
-        r"not a fedsim checkpoint of format 1",
+        r"its bytes do not match round_00004\.sha256",
     ),
 }
 
@@ -109,10 +109,13 @@ def test_damaged_newest_checkpoint_falls_back_with_one_warning(damage, run_dir, 
     assert checkpoint.rounds_trained == 2
     line = one_line(capsys.readouterr().err)
     assert re.fullmatch(
-        rf"fedsim: warning: checkpoints/round_00004\.pt is damaged \({reason}[^;]*\); "
-        r"resuming from round_00002\.pt",
+        rf"fedsim: warning: checkpoints/round_00004\.pt is damaged \({reason}[^;]*\), kept as "
+        r"round_00004\.pt\.damaged; resuming from round_00002\.pt: rounds 2-3 are computed "
+        r"again",
         line,
     ), line
+    aside = run_dir / "checkpoints" / "round_00004.pt.damaged"
+    assert aside.is_file() and not (run_dir / "checkpoints" / "round_00004.pt").exists()
 
 
 def test_resume_past_a_truncated_checkpoint_equals_the_uninterrupted_run(run_dir, capsys):
@@ -165,7 +168,9 @@ def test_save_verifies_before_it_deletes_and_keeps_two(tmp_path):
         save_checkpoint(tmp_path, tiny(4, x=Unlisted()))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "round_00002.pt",
+        "round_00002.sha256",
         "round_00003.pt",
+        "round_00003.sha256",
     ]
     # a run resumed from round 2 (past a damaged round 3) drops round 3 when it saves again
     save_checkpoint(tmp_path, tiny(2))

@@ -67,9 +67,7 @@ FEATURES = {
     "local": [],
 }
 NO_UPLOAD = "refused: SP-CACW uploads no model update, only gradients"
-TABLE = {
-    kind: {feature: "works" for feature in FEATURES} for kind in ("sync", "async", "exchange")
-}
+TABLE = {kind: {feature: "works" for feature in FEATURES} for kind in ("sync", "async", "exchange")}
 for _feature in ("DP local", "DP central", "clipping", "compression", "robust rules"):
     TABLE["exchange"][_feature] = NO_UPLOAD
 TABLE["exchange"]["attacks"] = "refused: a peer's gradients are not an upload it could corrupt"

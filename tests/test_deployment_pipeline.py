@@ -201,7 +201,7 @@ BAD = [
     ("aggregation.rule=geomedian", "aggregation.rule='geomedian'"),
     ("aggregation.rule=krum aggregation.krum_f=1 data.num_clients=4", "aggregation.krum_f=1"),
     ("aggregation.rule=bulyan aggregation.krum_f=1 data.num_clients=6", "aggregation.krum_f=1"),
-    ("privacy.mode=local", "privacy.clip_norm=None"),
+    ("privacy.mode=local", "privacy.clip_norm=null"),
     ("algorithm.name=fedamp privacy.mode=fixed_sigma", "privacy.mode='fixed_sigma'"),
     ("algorithm.name=cwfedavg aggregation.rule=median", "aggregation.rule='median'"),
     ("privacy.mode=central privacy.clip_norm=1 aggregation.rule=median", "privacy.mode="),

@@ -325,7 +325,7 @@ def test_val_holdout_gives_the_baselines_fedvg_training_data(data):
         assert np.array_equal(
             algo.weighting.train_indices(c), fedvg_algo.weighting.train_indices(c)
         )
-    with pytest.raises(ConfigError, match=r"algorithm\.val_holdout=False: weighting=fedvg needs"):
+    with pytest.raises(ConfigError, match=r"algorithm\.val_holdout=false: weighting=fedvg needs"):
         load_config(None, ["algorithm.name=fedvg", "algorithm.val_holdout=false"])
     plain = FedVG(FedVG.Params(weighting="samples"), fed)
     plain.prepare_data(data, loader, 0)

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedsim.algorithms", "fedsim.run_folder"),
     ("fedsim.deployment",),
     ("fedsim.runtime", "fedsim.tracking"),
-    ("fedsim.checkpoint_allowlist",),
+    ("fedsim.checkpoint_allowlist", "fedsim.checkpoint_digest"),
     ("fedsim.checkpoint",),
     ("fedsim.rounds",),
     ("fedsim.simulation",),

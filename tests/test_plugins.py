@@ -75,7 +75,7 @@ def test_built_in_names_resolve_as_before():
         (
             "model.name=fedsim_plugins.algos:FedMedian",
             "model.name='fedsim_plugins.algos:FedMedian': FedMedian is not a subclass of "
-            "lightning_modules.base.FLModule",
+            "pytorch_lightning.core.module.LightningModule",
         ),
         ("model.name=:TinyMLP", "model.name=':TinyMLP': expected module:attribute"),
         (

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import last_wins
 
 from fedsim.cli import main
 
@@ -28,7 +29,7 @@ TINY = [
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
-    code = main(argv)
+    code = main(last_wins(argv))
     return code, capsys.readouterr().err
 
 
@@ -173,7 +174,13 @@ def test_ctrl_c_checkpoints_prints_the_resume_command_and_exits_130(tmp_path):
     command = line.split("resume with: ", 1)[1]
     assert command.startswith("fedsim run ")
     resumed = subprocess.run(
-        [sys.executable, "-m", "fedsim.cli", *command.split()[1:], "rounds=4", "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "fedsim.cli",
+            *(part.replace("rounds=30", "rounds=4") for part in command.split()[1:]),
+            "--no-progress",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         cwd=Path(__file__).parents[1],

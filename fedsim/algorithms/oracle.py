@@ -35,9 +35,9 @@ def true_clusters(federation: FederationInfo, algorithm: str) -> list[int]:
     if federation.client_clusters is None:
         raise ConfigError(
             "data.partition.name",
-            "(a partition without clusters)",
-            f"algorithm.name={algorithm} needs the true clusters: use relabel, rotation with "
-            "data.partition.clusters, or clustered",
+            federation.partition or None,
+            f"has no clusters, and algorithm.name={algorithm} needs the true clusters: use "
+            "relabel, rotation with data.partition.clusters, or clustered",
         )
     return [int(c) for c in federation.client_clusters]
 

@@ -75,9 +75,16 @@ class Scaffold(FedAvg):
     name = "scaffold"
     Params = ScaffoldParams
 
+    def uses_client_terms(self) -> bool:
+        return True
+
     def server_optimizer(self) -> ServerOptimizer:
         """x - eta_g (x - mean), the step always taken (recorded results: also at eta_g 1)."""
-        return ServerOptimizer(lr=self.params.global_lr, exact_mean=False)
+        p = self.params
+        return ServerOptimizer(
+            lr=p.global_lr, exact_mean=False, kind=p.server_optimizer,
+            beta1=p.beta1, beta2=p.beta2, tau=p.tau,
+        )  # fmt: skip
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         return {**super().init_state(initial_params), "c": torch.zeros_like(initial_params)}

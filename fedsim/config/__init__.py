@@ -29,7 +29,7 @@ from fedsim.config.sections import (
     WandbConfig,
     is_run_name,
 )
-from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
+from fedsim.config.yaml_io import apply_overrides, check_given_once, read_yaml_mapping
 
 __all__ = [
     "AggregationConfig",
@@ -49,6 +49,7 @@ __all__ = [
     "WandbConfig",
     "apply_overrides",
     "build_dataclass",
+    "check_given_once",
     "config_from_dict",
     "is_run_name",
     "load_config",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsim.checks import checked
+from fedsim.errors import ConfigError
 
 STALENESS_DISCOUNTS = ("constant", "polynomial")
 STALE_POLICIES = ("discount", "drop")
@@ -23,17 +24,20 @@ SPEED_SPECS = (
 
 @dataclass(frozen=True)
 class SpeedSpec:
-    """A parsed ``async.speeds`` value: distribution name and its parameters."""
+    """A parsed ``asynchronous.speeds`` value: distribution name and its parameters."""
 
     kind: str
     params: tuple[float, ...] = ()
 
 
-def parse_speeds(spec: str, key: str = "async.speeds") -> SpeedSpec:
-    """Parse ``"lognormal:0,0.5"``-style specs; a bad one raises a one-line ValueError."""
+SPREAD = 8.0  # lognormal: slowdowns within exp(MU +- SPREAD * SIGMA) must be finite and > 0
 
-    def bad(why: str) -> ValueError:
-        return ValueError(f"{key}={spec!r}: {why}; allowed: {SPEED_SPECS}")
+
+def parse_speeds(spec: str, key: str = "asynchronous.speeds") -> SpeedSpec:
+    """Parse ``"lognormal:0,0.5"``-style specs; a bad one raises a one-line ConfigError."""
+
+    def bad(why: str) -> ConfigError:  # a ValueError too
+        return ConfigError(key, spec, f"{why}; allowed: {SPEED_SPECS}")
 
     if not isinstance(spec, str):
         raise bad("not a string")
@@ -52,6 +56,10 @@ def parse_speeds(spec: str, key: str = "async.speeds") -> SpeedSpec:
         raise bad("parameters must be finite")
     if kind == "lognormal" and params[1] < 0:
         raise bad("SIGMA must be >= 0")
+    if kind == "lognormal" and abs(params[0]) + SPREAD * params[1] > 700:
+        # validate what it computes: exp(800) is inf, exp(-800) is 0 (a client that never
+        # takes time, or never arrives)
+        raise bad(f"exp(MU +- {SPREAD:g} SIGMA) overflows; need |MU| + {SPREAD:g} SIGMA <= 700")
     if kind == "uniform" and not 0 < params[0] <= params[1]:
         raise bad("need 0 < LOW <= HIGH")
     if kind == "slow_fraction" and not (0 <= params[0] <= 1 and params[1] >= 1):
@@ -60,10 +68,8 @@ def parse_speeds(spec: str, key: str = "async.speeds") -> SpeedSpec:
 
 
 def _speeds_ok(spec: str | None) -> bool:
-    try:
-        return spec is None or bool(parse_speeds(spec))
-    except ValueError:
-        return False
+    """True, or the ConfigError saying what is wrong with the spec."""
+    return spec is None or bool(parse_speeds(spec))
 
 
 @dataclass

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.algorithm_params import params_class
-from fedsim.checks import field_check
+from fedsim.checks import field_check, field_group
+from fedsim.config.compose import load_raw
+from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.sections import AlgorithmConfig
-from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
 from fedsim.errors import ConfigError
 
 
@@ -54,9 +55,26 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return value
     if not ok:
         raise ConfigError(key, value, f"must be {_type_name(tp)}")
-    if tp is float and not math.isfinite(value):
-        raise ConfigError(key, value, "must be a finite number")
-    return float(value) if tp is float else value
+    if tp is float:
+        try:
+            value = float(value)  # an integer written out in full may not fit a float
+        except OverflowError:
+            raise ConfigError(key, value, "must be a finite number (this one overflows)") from None
+        if not math.isfinite(value):
+            raise ConfigError(key, value, "must be a finite number")
+    return value
+
+
+def unknown_key(cls: type, also_allowed: tuple[str, ...] = ()) -> str:
+    """What an unknown key's error lists: the section's own keys, then each group's apart."""
+    groups: dict[str, list[str]] = {}
+    for f in dataclasses.fields(cls):
+        groups.setdefault(field_group(cls, f.name), []).append(f.name)
+    own = sorted([*groups.pop("", []), *also_allowed])
+    text = f"unknown key (allowed: {', '.join(own)}"
+    for group, names in groups.items():
+        text += f"; {group.split(' (')[0]}: {', '.join(sorted(names))}"
+    return text + ")"
 
 
 def build_dataclass(
@@ -69,8 +87,7 @@ def build_dataclass(
     fields = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            allowed = ", ".join(sorted(fields | set(also_allowed)))
-            raise ConfigError(f"{prefix}{key}", raw[key], f"unknown key (allowed: {allowed})")
+            raise ConfigError(f"{prefix}{key}", raw[key], unknown_key(cls, also_allowed))
     kwargs = {}
     for name in fields:
         if name not in raw:
@@ -107,10 +124,11 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
         )
     params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    check_effective(cfg)
     return cfg
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML file (or start from defaults), apply overrides, validate."""
-    raw = {} if path is None else read_yaml_mapping(path)
-    return config_from_dict(apply_overrides(raw, overrides or []))
+    """Read a YAML file (with its ``base`` configs; or start from defaults), apply overrides,
+    resolve ``${...}``, validate (``compose.py``)."""
+    return config_from_dict(load_raw(path, overrides))

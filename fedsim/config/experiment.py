@@ -32,7 +32,9 @@ class ExperimentConfig:
         is_run_name,
         "must be a folder name: no '/' or '\\', not starting with '.', at most 200 bytes",
     )
-    seed: int = 0  # seeds the partition, the client sampling and the model's initial weights
+    seed: int = checked(  # seeds the partition, the client sampling and the model's weights
+        0, lambda v: 0 <= v < 2**63, "must be in [0, 2^63) (torch and numpy take 64-bit seeds)"
+    )
     rounds: int = checked(20, lambda v: v >= 1, "must be >= 1")  # communication rounds
     join_ratio: float = checked(  # share of the clients sampled each round
         1.0, lambda v: 0 < v <= 1, "must be in (0, 1]"

@@ -117,17 +117,73 @@ class ModelConfig:
     )
 
 
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LR_SCHEDULES = ("constant", "exponential", "cosine")
+PRECISIONS = ("32", "bf16-mixed")
+
+
+def _betas_ok(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)
+        and all(0 <= b < 1 for b in value)
+    )
+
+
+def _epochs_ok(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, list)
+        and len(value) >= 1
+        and all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in value)
+    )
+
+
 @dataclass
 class ClientConfig:
     epochs: int = checked(1, lambda v: v >= 1, "must be >= 1")  # local epochs per round
-    lr: float = checked(0.005, lambda v: v > 0, "must be > 0")  # client SGD learning rate
+    # unequal local work: client k does epochs_by_client[k % len] epochs (FedNova's setting);
+    # null: every client does client.epochs
+    epochs_by_client: list | None = checked(
+        None, _epochs_ok, "must be a non-empty list of integers >= 1 (or null)"
+    )
+    lr: float = checked(0.005, lambda v: v > 0, "must be > 0")  # client learning rate
+    optimizer: str = checked(  # sgd | adam | adamw (built-in models; a module's own wins)
+        "sgd", lambda v: v in OPTIMIZERS, f"allowed: {', '.join(OPTIMIZERS)}"
+    )
     batch_size: int = checked(10, lambda v: v >= 1, "must be >= 1")  # training batch size
     momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum
-    weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # SGD L2 penalty
+    nesterov: bool = False  # SGD: Nesterov momentum (needs momentum > 0)
+    betas: list = checked(  # adam / adamw: (beta1, beta2)
+        predicate=_betas_ok, allowed="must be two numbers in [0, 1)", factory=lambda: [0.9, 0.999]
+    )
+    weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # L2 (adamw: decoupled)
+    # the FL per-round decay, applied by the driver to every client of a round: constant |
+    # exponential (lr * lr_decay^round) | cosine (over rounds, to 0)
+    lr_schedule: str = checked(
+        "constant", lambda v: v in LR_SCHEDULES, f"allowed: {', '.join(LR_SCHEDULES)}"
+    )
+    lr_decay: float = checked(  # exponential: the factor per round
+        1.0, lambda v: 0 < v <= 1, "must be in (0, 1]"
+    )
+    # Lightning's spelling: 32 | bf16-mixed (autocast to bfloat16 on CUDA; not on a CPU)
+    precision: Any = checked("32", lambda v: str(v) in PRECISIONS, "allowed: 32, bf16-mixed")
     eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
     clip_grad_norm: float | None = checked(  # clip each step's gradient to this L2 norm
         None, lambda v: v is None or v > 0, "must be > 0 (or null: no clipping)"
     )
+
+    def __post_init__(self) -> None:
+        self.precision = str(self.precision)  # YAML reads 32 as a number
+
+
+def lr_scale(schedule: str, decay: float, rounds: int, round_idx: int) -> float:
+    """``client.lr_schedule``'s factor on ``client.lr`` in round ``round_idx`` (0-based)."""
+    if schedule == "exponential":
+        return decay**round_idx
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * min(round_idx, rounds) / max(rounds, 1)))
+    return 1.0
 
 
 @dataclass
@@ -173,6 +229,15 @@ class AlgorithmConfig:
     params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
 
 
+def _wandb_params(value: Any) -> bool:
+    """``tracking.wandb.params``: names (no dots: W&B shows nested config with dots) to
+    plain values, so each is one column of W&B's runs table and parallel coordinates."""
+    plain = (str, int, float, bool, type(None))
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and k and "." not in k and isinstance(v, plain) for k, v in value.items()
+    )
+
+
 @dataclass
 class WandbConfig:
     """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
@@ -193,8 +258,13 @@ class WandbConfig:
         lambda v: v in ("online", "offline", "disabled"),
         "allowed: online, offline, disabled",
     )
-    max_client_series: int = checked(  # per-client accuracy curves for clients 0..N-1
+    max_client_series: int = checked(  # clients 0..N-1 drawn in the per-client charts
         20, lambda v: v >= 0, "must be >= 0"
+    )
+    params: dict[str, Any] = checked(  # top-level W&B config keys: a search's sampled values
+        predicate=_wandb_params,
+        allowed="must map names without '.' to a string, number, true/false or null",
+        factory=dict,
     )
 
 

@@ -33,16 +33,46 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
+MAX_DOCUMENT_CHARS = 1_000_000  # a config file or override value larger than this is refused
+MAX_VALUES = 100_000  # values in a document once its aliases (&a / *a) are expanded
+
+
+def expanded_size(value: Any, limit: int = MAX_VALUES) -> int:
+    """How many values ``value`` holds with every alias expanded (each use counted), counting
+    no further than ``limit`` + 1: an alias bomb is measured without being expanded."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return count
+
+
 def parse_yaml(text: str, key: str) -> Any:
-    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``."""
+    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``, and
+    so does a document too large to be a config (an alias bomb among them)."""
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise ConfigError(key, text, f"too large: at most {MAX_DOCUMENT_CHARS:,} characters")
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ValueError as err:  # a number beyond Python's digit limit, and the like
+        reason = "an integer of more than 4,300 digits" if "digits" in str(err) else str(err)
+        raise ConfigError(key, text, f"cannot be read: {reason}") from None
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or err.__class__.__name__
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         detail = " ".join(f"{problem}{where}".split())
         raise ConfigError(key, text, f"not valid YAML ({detail})") from None
+    if expanded_size(value) > MAX_VALUES:
+        raise ConfigError(
+            key, text, f"too large: more than {MAX_VALUES:,} values once its aliases are expanded"
+        )
+    return value
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -56,8 +86,20 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, parse_yaml(value, key) if value.strip() else None
 
 
+def check_given_once(overrides: list[str]) -> None:
+    """ConfigError for a key given twice on a command line (the YAML file refuses duplicate
+    keys too): a user's second value would otherwise silently win."""
+    given: dict[str, str] = {}
+    for text in overrides:
+        key, value = parse_override(text)
+        if key in given:
+            raise ConfigError(key, value, f"given twice ({given[key]}, then {text}); give it once")
+        given[key] = text
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted keys in a nested dict (unknown keys are caught by ``build_dataclass``)."""
+    """Set dotted keys in a nested dict (unknown keys are caught by ``build_dataclass``); a
+    later override of the same key wins (the command line refuses that: ``check_given_once``)."""
     for text in overrides:
         key, value = parse_override(text)
         node = raw

@@ -12,6 +12,7 @@ import functools
 import gzip
 import io
 import pickle
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -271,8 +272,25 @@ def _download_or_fail(name: str, root: Path, download: bool, expected: str) -> N
             "download is disabled; put the files there or enable data.download",
         )
     log = io.StringIO()
+    created = next((p for p in reversed((root, *root.parents)) if not p.exists()), None)
     try:
         with _socket_timeout(DOWNLOAD_SOCKET_TIMEOUT_S), contextlib.redirect_stdout(log):
             _torchvision_download(name, root)
     except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
+        if created is not None:  # a failed download leaves nothing behind
+            shutil.rmtree(created, ignore_errors=True)
         _fail(name, root, expected, _short_reason(error, log.getvalue()))
+
+
+def dataset_present(name: str, root: str | Path) -> bool:
+    """Whether a built-in dataset can be loaded without a download (user loaders: True)."""
+    root = Path(root).expanduser()
+    if name in ("mnist", "fashion-mnist"):
+        folders = [_idx_dir(name, root)] + (
+            [DEBIAN_FASHION_MNIST] if name == "fashion-mnist" else []
+        )
+        return any(_find_idx_files(f) is not None for f in folders)
+    if name in ("cifar10", "cifar100"):
+        train_files, test_file, _ = _cifar_files(name, root)
+        return all(p.is_file() for p in [*train_files, test_file])
+    return True

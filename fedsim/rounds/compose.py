@@ -20,6 +20,7 @@ import numpy as np
 
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ExperimentConfig
+from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
@@ -51,6 +52,14 @@ def server_cohort(cfg: ExperimentConfig, kind: str, cohort: int) -> int:
         return cohort
     a = cfg.asynchronous
     return a.buffer_size or default_buffer_size(a.concurrency or cohort)
+
+
+def cohort_source(cfg: ExperimentConfig, kind: str, num_clients: int) -> str:
+    """The keys that set how many updates the server combines at once (for messages)."""
+    if kind == "buffered":
+        given = "" if cfg.asynchronous.buffer_size else " (default: half the clients in flight)"
+        return f"asynchronous.enabled=true: a buffer of asynchronous.buffer_size{given}"
+    return f"join_ratio={cfg.join_ratio} x data.num_clients={num_clients}"
 
 
 def check_round_kind(
@@ -115,7 +124,14 @@ def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[Virtu
     clock = VirtualClock.from_spec(
         a.speeds or "constant", n, seed=(cfg.seed, _SPEED_STREAM), dropout=a.dropout
     )
-    return clock, clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+    durations = clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+    if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
+        raise ConfigError(
+            "asynchronous.speeds",
+            a.speeds,
+            "gives some client a round time that is not a finite positive number; narrow it",
+        )
+    return clock, durations
 
 
 def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, cohort: int) -> AsyncPlan:
@@ -147,7 +163,12 @@ def build_round_kind(
 ) -> RoundKind:
     """The round kind ``kind`` for this run (checked by ``check_round_kind`` first)."""
     if kind == "exchange":
-        return ExchangeRounds(algorithm, cfg.seed, cfg.client.lr, cfg.client.batch_size)
+        c = cfg.client
+
+        def lr(round_idx: int) -> float:
+            return c.lr * lr_scale(c.lr_schedule, c.lr_decay, cfg.rounds, round_idx)
+
+        return ExchangeRounds(algorithm, cfg.seed, lr, c.batch_size)
     if kind == "buffered":
         return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, cohort))
     timeline = None

@@ -10,6 +10,8 @@ that refuses).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fedsim.algorithms.base import Algorithm, ExchangeRound, ServerState
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
 from fedsim.runtime.worker import ClientTask
@@ -19,9 +21,11 @@ from fedsim.storage import ClientStateStore
 class ExchangeRounds(RoundKind):
     """A ``trains_by_exchange`` algorithm's rounds: evaluate, then ``train_round``."""
 
-    def __init__(self, algorithm: Algorithm, seed: int, lr: float, batch_size: int):
+    def __init__(
+        self, algorithm: Algorithm, seed: int, lr: Callable[[int], float], batch_size: int
+    ):
         self.algorithm = algorithm
-        self.seed, self.lr, self.batch_size = seed, lr, batch_size
+        self.seed, self.lr, self.batch_size = seed, lr, batch_size  # lr: of a round
 
     def context(self, round_idx: int) -> ExchangeRound:
         """What ``train_round`` works with: client settings and the executor's exchange."""
@@ -29,7 +33,7 @@ class ExchangeRounds(RoundKind):
         return ExchangeRound(
             round=round_idx,
             seed=self.seed,
-            lr=self.lr,
+            lr=self.lr(round_idx),
             batch_size=self.batch_size,
             exchange=lambda tasks, broadcast: executor.exchange(round_idx, broadcast, tasks),
         )

@@ -3,7 +3,9 @@
 Per round: plan it (the cohort sampled from ``(seed, round)``, who is evaluated), ask the
 round kind for its work, then commit it whole with Ctrl-C / SIGTERM held back (client
 states stored, the aggregate made, the record logged to every sink, a checkpoint written
-every ``checkpoint_every`` rounds), and at the end hand every sink the run's summary. The
+every ``checkpoint_every`` rounds), and at the end hand every sink the run's summary. A sink
+may end the run by raising ``Stopped`` (a Tune trial its scheduler stopped): it takes effect
+once the round is committed, like Ctrl-C, and the summary says ``stopped``. The
 loop never asks which kind it runs.
 
 Evaluation follows PFLlib: in an evaluation round every client evaluates the model it
@@ -21,11 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Algorithm
+from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
+from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.interrupts import Interruption, deferred_interrupt
+from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
 from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
@@ -77,74 +80,27 @@ class RoundLoop:
         With ``run_dir`` and ``checkpoint_every`` > 0, checkpoints go to ``run_dir``; with
         ``resume``, the run continues from that checkpoint (its rounds replayed to the sinks).
         """
-        cfg, sinks = self.cfg, sinks or []
-        budget_gb = cfg.runtime.state_memory_gb
-        store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
-        state = self.algorithm.init_state(initial_params)
-        history: list[dict[str, Any]] = []
-        records: list[RoundRecord] = []  # kept for checkpoints only
-        first_round = 0
-        self.deployment.load_state_dict(None if resume is None else resume.deployment)
-        if resume is not None:
-            state, first_round = resume.state, resume.rounds_trained
-            for client, client_state in resume.client_states.items():
-                store.put(client, client_state)
-            for record in resume.records:
-                records.append(record)
-                history.append({"round": record.round, **record.summary})
-                for sink in sinks:
-                    sink.log_round(record)
-        self.kind.start(executor, state, None if resume is None else resume.round_kind)
-        checkpointing = run_dir is not None and cfg.checkpoint_every > 0
+        cfg = self.cfg
+        run = _Progress(self, sinks or [], run_dir if cfg.checkpoint_every > 0 else None)
+        run.start(initial_params, resume)
+        self.kind.start(executor, run.state, None if resume is None else resume.round_kind)
         self.interrupted = None
-        done = first_round  # rounds completed: the next round to run
-        saved = first_round if resume is not None else -1  # rounds in the newest checkpoint
-
-        def checkpoint_now() -> Path:
-            checkpoint = Checkpoint(
-                done, cfg.to_dict(), state, {c: store.get(c) for c in store.clients()},
-                records, self.algorithm, self.deployment.state_dict(), self.kind.state_dict(),
-            )  # fmt: skip
-            return save_checkpoint(run_dir, checkpoint)
-
-        try:
-            for round_idx in range(first_round, cfg.rounds + 1):
-                began = time.perf_counter()
-                plan = self.plan(round_idx)
-                work = self.kind.work(plan, state, store)
-                with deferred_interrupt():  # commit the round whole, or not at all
-                    failed = work.failed
-                    cohort = work.cohort
-                    diverged = bool(cohort) and len(failed) > cfg.max_failed_fraction * len(cohort)
-                    if not diverged:
-                        state = self.kind.commit(plan, work, state, store)
-                    record = self.record(plan, work, failed, diverged, began)
-                    history.append({"round": round_idx, **record.summary})
-                    for sink in sinks:
-                        sink.log_round(record)
-                    if diverged:
-                        self.finish(sinks, history, "diverged", done)
-                        raise divergence_error(
-                            round_idx, failed, work.cohort_label, cfg.max_failed_fraction, done
-                        )
-                    done = round_idx + 1
-                    if checkpointing:
-                        records.append(record)
-                        if plan.training and (
-                            done % cfg.checkpoint_every == 0 or done == cfg.rounds
-                        ):
-                            checkpoint_now()
-                            saved = done
-        except KeyboardInterrupt:
-            path = None
-            if checkpointing:
-                path = checkpoint_now() if saved < done <= cfg.rounds else None
-                path = path or latest_checkpoint(run_dir)
-            self.interrupted = Interruption(done, path)
-            self.finish(sinks, history, "interrupted", done)
-            raise
-        summary = self.finish(sinks, history, "completed", done)
-        return RunResult(summary=summary, history=history, state=state, client_store=store)
+        with stop_signals():  # SIGTERM stops the run as Ctrl-C does
+            try:
+                for round_idx in range(run.done, cfg.rounds + 1):
+                    began = time.perf_counter()
+                    plan = self.plan(round_idx)
+                    work = self.kind.work(plan, run.state, run.store)
+                    with deferred_interrupt():  # commit the round whole, or not at all
+                        run.commit(plan, work, began)
+            except KeyboardInterrupt as stop:
+                reason = stop_reason(stop)
+                self.interrupted = Interruption(run.done, run.checkpoint_on_stop(), reason)
+                status = "stopped" if reason == "stopped" else "interrupted"
+                self.finish(run.sinks, run.history, status, run.done)
+                raise
+        summary = self.finish(run.sinks, run.history, "completed", run.done)
+        return RunResult(summary, run.history, run.state, client_store=run.store)
 
     def record(
         self, plan: RoundPlan, work: RoundWork, failed: list[int], diverged: bool, began: float
@@ -154,6 +110,10 @@ class RoundLoop:
         summary.update(work.timing)
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
+        c = self.cfg.client
+        if plan.training and c.lr_schedule != "constant":  # the lr every client used
+            scale = lr_scale(c.lr_schedule, c.lr_decay, self.cfg.rounds, plan.round)
+            summary["lr"] = c.lr * scale
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)
@@ -177,3 +137,94 @@ class RoundLoop:
         for sink in sinks:
             sink.finish(summary)
         return summary
+
+
+class _Progress:
+    """A run's state between rounds: the server state, client states, records, rounds done."""
+
+    def __init__(self, loop: RoundLoop, sinks: list[Sink], checkpoints: Path | None):
+        self.loop, self.sinks, self.checkpoints = loop, sinks, checkpoints
+        budget_gb = loop.cfg.runtime.state_memory_gb
+        self.store = ClientStateStore(None if budget_gb is None else int(budget_gb * 2**30))
+        self.history: list[dict[str, Any]] = []
+        self.records: list[RoundRecord] = []  # kept for checkpoints only
+        self.done = 0  # rounds completed: the next round to run
+        self.saved = -1  # rounds in the newest checkpoint
+
+    def start(self, initial_params: torch.Tensor, resume: Checkpoint | None) -> None:
+        """Round 0's state, or a checkpoint's (its rounds replayed to the sinks)."""
+        loop = self.loop
+        self.state: ServerState = loop.algorithm.init_state(initial_params)
+        loop.deployment.load_state_dict(None if resume is None else resume.deployment)
+        if resume is None:
+            return
+        self.state, self.done = resume.state, resume.rounds_trained
+        self.saved = resume.rounds_trained
+        for client, client_state in resume.client_states.items():
+            self.store.put(client, client_state)
+        for record in resume.records:
+            self.records.append(record)
+            self.history.append({"round": record.round, **record.summary})
+            for sink in self.sinks:
+                sink.log_round(record)
+
+    def commit(self, plan: RoundPlan, work: RoundWork, began: float) -> None:
+        """Apply, record and checkpoint one round (with Ctrl-C / SIGTERM held back)."""
+        loop, cfg = self.loop, self.loop.cfg
+        failed = work.failed
+        diverged = bool(work.cohort) and len(failed) > cfg.max_failed_fraction * len(work.cohort)
+        if not diverged:
+            self.state = loop.kind.commit(plan, work, self.state, self.store)
+        record = loop.record(plan, work, failed, diverged, began)
+        self.history.append({"round": plan.round, **record.summary})
+        stopped: Stopped | None = None
+        for sink in self.sinks:
+            try:
+                sink.log_round(record)
+            except Stopped as stop:  # raised once the round is committed whole, as Ctrl-C is
+                stopped = stop
+        if diverged:
+            loop.finish(self.sinks, self.history, "diverged", self.done)
+            raise divergence_error(
+                plan.round, failed, work.cohort_label, cfg.max_failed_fraction, self.done,
+                divergence_hint(cfg),
+            )  # fmt: skip
+        self.done = plan.round + 1
+        if self.checkpoints is not None:
+            self.records.append(record)
+            if plan.training and (self.done % cfg.checkpoint_every == 0 or self.done == cfg.rounds):
+                self.checkpoint()
+        if stopped is not None:
+            raise stopped
+
+    def checkpoint(self) -> Path:
+        assert self.checkpoints is not None
+        loop = self.loop
+        checkpoint = Checkpoint(
+            self.done, loop.cfg.to_dict(), self.state,
+            {c: self.store.get(c) for c in self.store.clients()}, self.records, loop.algorithm,
+            loop.deployment.state_dict(), loop.kind.state_dict(),
+        )  # fmt: skip
+        self.saved = self.done
+        return save_checkpoint(self.checkpoints, checkpoint)
+
+    def checkpoint_on_stop(self) -> Path | None:
+        """A stopped run's checkpoint: its last completed round's (written now if newer)."""
+        if self.checkpoints is None:
+            return None
+        if self.saved < self.done <= self.loop.cfg.rounds:
+            return self.checkpoint()
+        return latest_checkpoint(self.checkpoints)
+
+
+def divergence_hint(cfg: ExperimentConfig) -> str:
+    """What to change when clients diverge: the learning rate, and the noise where DP adds it."""
+    p = cfg.privacy
+    if p.mode == "fixed_sigma":
+        return f"lower client.lr or the noise privacy.sigma={p.sigma}?"
+    if p.mode in ("local", "central") and p.noise_multiplier > 0:
+        return (
+            f"lower client.lr, or the noise (privacy.noise_multiplier={p.noise_multiplier}, std "
+            f"z * privacy.clip_norm={p.clip_norm}), or add clients?"
+        )
+    return "lower client.lr?"

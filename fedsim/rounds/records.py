@@ -43,14 +43,20 @@ def failure_warning(failed: list[int], cohort: set[int], diverged: bool) -> str:
 
 
 def divergence_error(
-    round_idx: int, failed: list[int], of: str, max_failed_fraction: float, done: int
+    round_idx: int,
+    failed: list[int],
+    of: str,
+    max_failed_fraction: float,
+    done: int,
+    hint: str = "lower client.lr?",
 ) -> ClientFailureError:
     """The one-line error of a run stopped because too many of ``of`` (e.g. "10 clients")
-    had non-finite losses in round ``round_idx``, after ``done`` completed rounds."""
+    had non-finite losses in round ``round_idx``, after ``done`` completed rounds; ``hint``
+    says what to change."""
     return ClientFailureError(
         f"round {round_idx}: {len(failed)} of {of} had non-finite losses (clients "
-        f"{failed[:10]}); allowed fraction max_failed_fraction={max_failed_fraction}; lower "
-        f"client.lr? (summary.json: status diverged after {done} rounds)"
+        f"{failed[:10]}); allowed fraction max_failed_fraction={max_failed_fraction}; {hint} "
+        f"(summary.json: status diverged after {done} rounds)"
     )
 
 
@@ -75,6 +81,13 @@ def round_summary(
     if losses:
         summary["train_loss"] = float(np.mean(losses))
     summary["num_trained"] = sum(c.train_loss is not None for c in results) - len(failed)
+    logged: dict[str, list[float]] = {}  # the module's self.log values, per trained client
+    for c in results:
+        if not c.failed:
+            for name, value in c.logged.items():
+                logged.setdefault(name, []).append(value)
+    for name, values in sorted(logged.items()):
+        summary[f"train/{name}"] = float(np.mean(values))
     if failed:
         summary["failed_clients"] = failed
     summary["seconds"] = time.perf_counter() - began
@@ -105,6 +118,7 @@ def round_record(
             n=c.evaluation.num_samples,
             classes=int(num_classes[c.client]),
             weight=shares.get(c.client),
+            train=dict(c.logged) or None,
         )
         for c in results
         if c.evaluation is not None

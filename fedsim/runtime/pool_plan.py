@@ -11,6 +11,25 @@ import dataclasses
 from fedsim.config import RuntimeConfig
 from fedsim.errors import ConfigError
 
+WORKER_BYTES = 800 * 2**20  # one worker actor with torch and Lightning imported (~760 MB)
+
+
+def check_local_workers(runtime: RuntimeConfig, memory_bytes: int) -> None:
+    """ConfigError when a local Ray could not hold ``runtime.workers`` actors in this machine's
+    memory (a local Ray is sized to the workers asked for, so only memory bounds it); checked
+    before Ray starts. A cluster at an address is checked against its CPUs by ``plan_pool``."""
+    if runtime.workers is None:
+        return
+    limit = max(1, memory_bytes // WORKER_BYTES)
+    if runtime.workers > limit:
+        raise ConfigError(
+            "runtime.workers",
+            runtime.workers,
+            f"a local Ray on this machine holds at most {limit} workers ({memory_bytes / 2**30:.0f}"
+            f" GiB of memory, ~{WORKER_BYTES / 2**30:.1f} GiB per worker); lower it or give "
+            "runtime.address of a cluster",
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class PoolPlan:

@@ -15,10 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import ray
 
 from fedsim.config import RuntimeConfig
-from fedsim.runtime.pool_plan import PoolPlan, plan_pool
+from fedsim.runtime.pool_plan import PoolPlan, check_local_workers, plan_pool
 from fedsim.runtime.ray_cluster import join_or_start_ray
 from fedsim.runtime.ray_worker import WorkerActor
 
@@ -70,7 +71,12 @@ def start_pool(runtime: RuntimeConfig) -> StartedPool:
 
 
 def start_ray(runtime: RuntimeConfig) -> bool:
-    """Join the configured Ray, or start a local one; True when this call started it."""
+    """Join the configured Ray, or start a local one; True when this call started it.
+
+    A local Ray is sized to ``runtime.workers``; more workers than this machine's memory can
+    hold are refused before it starts."""
+    if not (runtime.address or os.environ.get("RAY_ADDRESS")):
+        check_local_workers(runtime, psutil.virtual_memory().total)
     cpus = os.cpu_count() or 1
     if runtime.workers is not None:
         cpus = max(cpus, math.ceil(runtime.workers * runtime.cpus_per_worker))

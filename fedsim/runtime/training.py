@@ -7,13 +7,23 @@ Trainer costs ~10 ms per client, this loop ~1 ms), so model code stays a Lightni
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedsim.data.federated import FederatedData
+from fedsim.runtime.lightning_steps import (
+    LogCapture,
+    capture_logs,
+    resolve_optimizers,
+    step_schedulers,
+    takes_terms,
+)
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
@@ -57,6 +67,8 @@ class TrainResult:
     mean_loss: float
     steps: int
     finite: bool
+    logged: dict[str, float] = field(default_factory=dict)  # self.log values, mean per name
+    optimizer_state: dict[str, Any] | None = None  # when asked to keep it
 
 
 @dataclass
@@ -67,7 +79,7 @@ class EvalResult:
 
 
 def train_client(
-    module: FLModule,
+    module: Any,
     data: FederatedData,
     train_indices: np.ndarray,
     *,
@@ -77,35 +89,68 @@ def train_client(
     device: torch.device | None = None,
     terms: ClientTerms | None = None,
     clip_grad_norm: float | None = None,
+    lr_scale: float = 1.0,
+    bf16: bool = False,
+    optimizer_state: dict[str, Any] | None = None,
+    keep_optimizer_state: bool = False,
 ) -> TrainResult:
-    """SGD over the client's samples, shuffled per epoch; stops at the first non-finite loss.
+    """SGD (or the module's own optimizer) over the client's samples, shuffled per epoch;
+    stops at the first non-finite loss.
 
+    The module's ``configure_optimizers`` is honoured as Lightning's Trainer honours it
+    (``lightning_steps.py``: one optimizer, its schedulers stepped per step or epoch);
+    ``lr_scale`` multiplies every parameter group's initial lr (``client.lr_schedule``).
     ``terms`` (the algorithm's client terms) go to the module's ``training_step`` and
-    ``on_before_optimizer_step`` on every step; None trains on plain cross-entropy.
+    ``on_before_optimizer_step`` where they take them; None trains on plain cross-entropy.
     ``clip_grad_norm``: each step's gradient is clipped to this L2 norm after those hooks
-    (where Lightning's Trainer clips), with ``torch.nn.utils.clip_grad_norm_``.
+    (where Lightning's Trainer clips). ``optimizer_state`` / ``keep_optimizer_state``: an
+    algorithm that keeps a client's optimizer state between rounds.
     """
     module.train()
-    optimizer = module.configure_optimizers()
+    optimizer, schedules = resolve_optimizers(module)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    for group in optimizer.param_groups:
+        group["lr"] = group.setdefault("initial_lr", group["lr"]) * lr_scale
+    cls = type(module)
+    step_terms = {"terms": terms} if takes_terms(cls, "training_step") else {}
+    hook_terms = {"terms": terms} if takes_terms(cls, "on_before_optimizer_step") else {}
+    capture = LogCapture()
+    capture_logs(module, capture)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     total, steps = 0.0, 0
     n = len(train_indices)
-    for _ in range(epochs):
-        order = train_indices[torch.randperm(n, generator=generator).numpy()]
-        for start in range(0, n, batch_size):
-            batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
-            loss = module.training_step(batch, steps, terms=terms)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return TrainResult(mean_loss=value, steps=steps, finite=False)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            module.on_before_optimizer_step(optimizer, terms=terms)
-            if clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
-            optimizer.step()
-            total += value
-            steps += 1
-    return TrainResult(mean_loss=total / max(steps, 1), steps=steps, finite=True)
+    try:
+        for epoch in range(epochs):
+            order = train_indices[torch.randperm(n, generator=generator).numpy()]
+            for start in range(0, n, batch_size):
+                batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
+                with autocast:
+                    loss = module.training_step(batch, steps, **step_terms)
+                value = float(loss.detach())
+                if not math.isfinite(value):
+                    return TrainResult(mean_loss=value, steps=steps, finite=False)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                module.on_before_optimizer_step(optimizer, **hook_terms)
+                if clip_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
+                optimizer.step()
+                total += value
+                steps += 1
+                if schedules:
+                    step_schedulers(schedules, "step", steps)
+            if schedules:
+                step_schedulers(schedules, "epoch", epoch + 1)
+    finally:
+        capture_logs(module, None)
+    return TrainResult(
+        mean_loss=total / max(steps, 1),
+        steps=steps,
+        finite=True,
+        logged=capture.means(),
+        optimizer_state=optimizer.state_dict() if keep_optimizer_state else None,
+    )
 
 
 @torch.no_grad()
@@ -160,3 +205,34 @@ def gradient_client(
             layout.view(grad_flat, name).copy_(p.grad)
         p.grad = None
     return loss_sum
+
+
+def all_finite(values: torch.Tensor) -> bool:
+    """Whether every entry is finite. Any inf or nan makes a sum inf or nan, so a finite sum
+    proves it in one cheap pass (no mask allocated, ~10x faster than ``isfinite().all()``);
+    only a non-finite sum, which may be an overflow of finite values, is checked entry-wise."""
+    values = values.detach()
+    return math.isfinite(float(values.sum())) or bool(torch.isfinite(values).all())
+
+
+@contextlib.contextmanager
+def frozen_parameters(module: Any, names: list[str] | None) -> Iterator[None]:
+    """Inside the block ``names`` get no gradient (the optimizer leaves them as they are)."""
+    frozen = set(names or ())
+    held = [p for n, p in module.named_parameters() if n in frozen and p.requires_grad]
+    for p in held:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+
+
+def keep_frozen(
+    trained: torch.Tensor, start: torch.Tensor, layout: ParamLayout, names: list[str]
+) -> None:
+    """Put the frozen entries (and their float buffers: BatchNorm statistics) of ``start``
+    back into ``trained``, in place."""
+    mask = layout.mask(sorted(set(names) & set(layout.by_name)))
+    trained[mask] = start.detach().to("cpu", torch.float32)[mask]

@@ -7,7 +7,6 @@ changes results. The worker knows the algorithm only through its seam (``client_
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Algorithm, ClientInfo, ClientState, WeightedSum
+from fedsim.config.sections import lr_scale
 from fedsim.data.federated import FederatedData
 from fedsim.deployment.attacks import LabelFlipped
 from fedsim.deployment.client_stages import (
@@ -26,24 +26,20 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.runtime.gradient_work import curvature, stacked_gradients, vmappable
+from fedsim.runtime.probe import WorkerProbe
 from fedsim.runtime.training import (
     EvalResult,
+    all_finite,
     evaluate_client,
+    frozen_parameters,
     gradient_client,
+    keep_frozen,
     seed_torch,
     train_client,
 )
+from lightning_modules.base import FLModule
 from lightning_modules.flat_params import bind_flat_parameters
-from lightning_modules.hooks import ClientTerms
 from lightning_modules.registry import build_model
-
-
-def all_finite(values: torch.Tensor) -> bool:
-    """Whether every entry is finite. Any inf or nan makes a sum inf or nan, so a finite sum
-    proves it in one cheap pass (no mask allocated, ~10x faster than ``isfinite().all()``);
-    only a non-finite sum, which may be an overflow of finite values, is checked entry-wise."""
-    values = values.detach()
-    return math.isfinite(float(values.sum())) or bool(torch.isfinite(values).all())
 
 
 def client_seed(seed: int, round_idx: int, client: int) -> int:
@@ -65,6 +61,22 @@ class WorkerSpec:
     num_threads: int | None = None
     device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
     clip_grad_norm: float | None = None  # client.clip_grad_norm: every local step's gradient
+    epochs_by_client: tuple[int, ...] | None = None  # client.epochs_by_client (cycled)
+    optimizer: str = "sgd"  # client.optimizer (built-in models' configure_optimizers)
+    betas: tuple[float, float] = (0.9, 0.999)
+    nesterov: bool = False
+    lr_schedule: str = "constant"  # client.lr_schedule, its decay, and the run's rounds
+    lr_decay: float = 1.0
+    rounds: int = 1
+    bf16: bool = False  # client.precision=bf16-mixed
+
+    def client_epochs(self, client: int) -> int:
+        """The local epochs of ``client`` (``client.epochs_by_client`` cycled, else epochs)."""
+        cycle = self.epochs_by_client
+        return self.epochs if cycle is None else cycle[client % len(cycle)]
+
+    def lr_scale(self, round_idx: int) -> float:
+        return lr_scale(self.lr_schedule, self.lr_decay, self.rounds, round_idx)
 
 
 @dataclass
@@ -93,6 +105,8 @@ class ClientResult:
     upload_bytes: int = 0  # what the client sent (the algorithm's protocol, not our transport)
     weights: dict[str, float] = field(default_factory=dict)  # its weight in each weighted sum
     upload: UploadReport | None = None  # what the deployment client stages did
+    sum_seconds: float = 0.0  # adding its update into the worker's weighted sums
+    logged: dict[str, float] = field(default_factory=dict)  # the module's self.log, per name
 
 
 @dataclass
@@ -102,6 +116,7 @@ class WorkerResult:
     outputs: list[TaskOutput] = field(default_factory=list)  # of GradientTasks
     train_seconds: float = 0.0
     compute_seconds: float = 0.0  # training + evaluation + gradients: the model's own work
+    sum_seconds: float = 0.0  # adding the clients' updates into the float64 partial sums
     busy_seconds: float = 0.0
     first_done_at: float = 0.0  # time.time() when its first task was done (start-up timeline)
 
@@ -115,6 +130,9 @@ class ClientWorker:
         self.spec, self.data = spec, data
         self.device = torch.device(spec.device)
         module = build_model(spec.model_name, **spec.model_kwargs).to(self.device)
+        if isinstance(module, FLModule):  # client.optimizer for the built-in optimizers
+            module.optimizer_name, module.betas = spec.optimizer, tuple(spec.betas)
+            module.nesterov = spec.nesterov
         self.module = module
         self.flat, self.layout = bind_flat_parameters(module)  # on self.device
         self.vmappable = vmappable(module)  # stacked gradient tasks batch their entries
@@ -132,6 +150,7 @@ class ClientWorker:
                 result.clients.append(client_result)
                 result.train_seconds += client_result.train_seconds
                 result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
+                result.sum_seconds += client_result.sum_seconds
                 if not result.first_done_at and client_result.train_loss is not None:
                     result.first_done_at = time.time()
                 continue
@@ -223,23 +242,32 @@ class ClientWorker:
         seed = client_seed(self.spec.seed, round_idx, client)
         seed_torch(seed, self.device)
         flipped = task.upload is not None and task.upload.flips_labels
-        trained = train_client(
-            self.module,
-            LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
-            split.train if plan.train_indices is None else plan.train_indices,
-            epochs=self.spec.epochs,
-            batch_size=self.spec.batch_size,
-            generator=torch.Generator().manual_seed(seed),
-            device=self.device,
-            terms=plan.terms,
-            clip_grad_norm=self.spec.clip_grad_norm,
-        )
+        with frozen_parameters(self.module, plan.frozen):
+            trained = train_client(
+                self.module,
+                LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
+                split.train if plan.train_indices is None else plan.train_indices,
+                epochs=self.spec.client_epochs(client) if plan.epochs is None else plan.epochs,
+                batch_size=self.spec.batch_size,
+                generator=torch.Generator().manual_seed(seed),
+                device=self.device,
+                terms=plan.terms,
+                clip_grad_norm=self.spec.clip_grad_norm,
+                lr_scale=self.spec.lr_scale(round_idx),
+                bf16=self.spec.bf16,
+                optimizer_state=plan.optimizer_state,
+                keep_optimizer_state=plan.keep_optimizer_state,
+            )
+        plan.optimizer_state = trained.optimizer_state
+        out.logged = trained.logged
         out.train_loss = trained.mean_loss
         out.train_seconds = time.perf_counter() - began
         if not trained.finite or not all_finite(self.flat):
             out.failed = True  # left out of the aggregate; its state stays as before
             return out
         uploaded = self._trained_params()
+        if plan.frozen:  # float buffers (BatchNorm statistics) of the frozen part too
+            keep_frozen(uploaded, plan.train_params, self.layout, plan.frozen)
         upload = None if task.upload is None else self.algorithm.model_upload(info)
         if task.upload is not None and upload is not None:
             uploaded, out.upload = run_client_stages(
@@ -248,78 +276,11 @@ class ClientWorker:
         update = self.algorithm.client_finish(plan, uploaded, task.state, info)
         if out.upload is not None and task.upload is not None and task.upload.individual:
             out.upload.sums, sums = dict(update.sums), {}  # the server needs it on its own
+        began = time.perf_counter()
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
             out.weights[key] = float(weight)
+        out.sum_seconds = time.perf_counter() - began
         out.state, out.individual = update.state, update.individual
         out.upload_bytes = upload_nbytes(self.algorithm.upload_nbytes(update), out.upload)
         return out
-
-
-class WorkerProbe:
-    """The ClientProbe a worker hands to algorithm code for one client (see algorithms.base)."""
-
-    def __init__(self, worker: ClientWorker, client: int, round_idx: int):
-        self.worker, self.client, self.round_idx = worker, client, round_idx
-        split = worker.data.clients[client]
-        self.train_indices, self.test_indices = split.train, split.test
-
-    def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> EvalResult:
-        return self.worker._evaluate(params, self.test_indices if indices is None else indices)
-
-    def gradient(
-        self, params: torch.Tensor, indices: np.ndarray | None = None
-    ) -> tuple[torch.Tensor, float]:
-        task = GradientTask(client=self.client, params=params, indices=indices)
-        out = self.worker._gradient(self.round_idx, {}, task)
-        return out.gradient, out.loss
-
-    def train(
-        self,
-        params: torch.Tensor,
-        *,
-        epochs: int = 1,
-        terms: ClientTerms | None = None,
-        frozen: list[str] | None = None,
-        indices: np.ndarray | None = None,
-        key: int = 0,
-    ) -> tuple[torch.Tensor, float]:
-        """An extra local training pass from ``params`` (see ``ClientProbe.train``)."""
-        worker = self.worker
-        module = worker.module
-        frozen_set = set(frozen or ())
-        trainable = [p for n, p in module.named_parameters() if n not in frozen_set]
-        if not trainable or epochs < 1:
-            return params.detach().to("cpu", copy=True), 0.0
-        held = [p for n, p in module.named_parameters() if n in frozen_set and p.requires_grad]
-        worker.flat.copy_(params)
-        seed = int(
-            np.random.SeedSequence(
-                [worker.spec.seed, self.round_idx, self.client, 2, key]
-            ).generate_state(1)[0]
-        )
-        seed_torch(seed, worker.device)
-        for p in held:
-            p.requires_grad_(False)  # no gradient is computed for the frozen part
-        try:
-            result = train_client(
-                module,
-                worker.data,
-                self.train_indices if indices is None else np.asarray(indices, dtype=np.int64),
-                epochs=epochs,
-                batch_size=worker.spec.batch_size,
-                generator=torch.Generator().manual_seed(seed),
-                device=worker.device,
-                terms=terms,
-                clip_grad_norm=worker.spec.clip_grad_norm,
-            )
-        finally:
-            for p in held:
-                p.requires_grad_(True)
-        trained = worker._trained_params()
-        if frozen_set:  # float buffers (BatchNorm statistics) of the frozen part too
-            mask = worker.layout.mask(sorted(frozen_set & set(worker.layout.by_name)))
-            trained[mask] = params.detach().to("cpu", torch.float32)[mask]
-        if not result.finite or not all_finite(trained):
-            return trained, float("nan")
-        return trained, result.mean_loss

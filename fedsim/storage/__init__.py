@@ -4,6 +4,6 @@ It imports neither: the driver keeps clients' private state here, and an algorit
 keeps many models on the server (FedFomo) asks for a store of its own.
 """
 
-from fedsim.storage.client_states import ClientStateStore, default_memory_budget
+from fedsim.storage.client_states import ClientStateStore, CorruptedState, default_memory_budget
 
-__all__ = ["ClientStateStore", "default_memory_budget"]
+__all__ = ["ClientStateStore", "CorruptedState", "default_memory_budget"]

@@ -6,7 +6,9 @@ keeps many models on the server (FedFomo) keeps them in a store of its own.
 
 States live in memory up to a byte budget; beyond it the least recently used ones are
 spilled to one file per client in a private temporary folder (tensors written as raw numpy
-buffers, pickle protocol 5), read back on ``get`` and deleted on ``close``. A round touches
+buffers, pickle protocol 5), read back on ``get`` and deleted on ``close``. Each file's SHA-256
+is kept in memory and checked when it is read back: a spilled state that changed on disk
+is a one-line ``CorruptedState`` error, never a silently different client. A round touches
 only its cohort, so the cost per round grows with the cohort, not with the registered clients.
 
 A store pickles by contents (every state, read back from disk where spilled), never by file
@@ -16,6 +18,7 @@ wrote it has deleted its spill folder, and unpickles into a working store of the
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import shutil
@@ -25,10 +28,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from fedsim.errors import RunFailure
 from fedsim.sizes import nbytes
 from fedsim.wire import to_wire
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, when no budget is given
+
+
+class CorruptedState(RunFailure):
+    """A spilled client state whose file no longer matches the digest taken when it was
+    written (a disk error, another process)."""
 
 
 def default_memory_budget() -> int:
@@ -58,7 +67,7 @@ class ClientStateStore:
         self._spill_root = spill_root
         self._memory: OrderedDict[int, tuple[dict[str, Any], int]] = OrderedDict()
         self._memory_bytes = 0
-        self._spilled: dict[int, Path] = {}
+        self._spilled: dict[int, tuple[Path, str]] = {}  # client -> (file, its SHA-256)
         self._spill_dir: Path | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -141,30 +150,37 @@ class ClientStateStore:
         entry = self._memory.get(client)
         if entry is not None:
             return entry[0]
-        path = self._spilled.get(client)
-        if path is None:
+        spilled = self._spilled.get(client)
+        if spilled is None:
             return None
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        path, digest = spilled
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptedState(
+                f"client {client}'s spilled state {path} changed on disk since it was written "
+                "(SHA-256 mismatch); the run cannot go on with it: resume from its last "
+                "checkpoint with --resume"
+            )
+        return pickle.loads(data)
 
     def _discard(self, client: int) -> None:
         entry = self._memory.pop(client, None)
         if entry is not None:
             self._memory_bytes -= entry[1]
-        path = self._spilled.pop(client, None)
-        if path is not None:
-            path.unlink(missing_ok=True)
+        spilled = self._spilled.pop(client, None)
+        if spilled is not None:
+            spilled[0].unlink(missing_ok=True)
 
     def _spill_oldest(self) -> None:
         client, (state, size) = self._memory.popitem(last=False)
         self._memory_bytes -= size
         path = self._ensure_spill_dir() / f"client_{client}.pkl"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            # Tensors go out as raw numpy buffers and come back as owned, writable tensors.
-            pickle.dump(to_wire(state, copy=True), f, protocol=5)
+        # Tensors go out as raw numpy buffers and come back as owned, writable tensors.
+        data = pickle.dumps(to_wire(state, copy=True), protocol=5)
+        tmp.write_bytes(data)
         tmp.replace(path)
-        self._spilled[client] = path
+        self._spilled[client] = (path, hashlib.sha256(data).hexdigest())
 
     def _ensure_spill_dir(self) -> Path:
         if self._spill_dir is None:

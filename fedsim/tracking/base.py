@@ -17,6 +17,9 @@ class ClientRow:
     classes: int  # classes present in the client's training data
     weight: float | None = None  # its share of this round's aggregate (None: did not train)
     attacked: bool | None = None  # an attacker (attack.kind set; None: no attack configured)
+    # what the module logged with self.log in training_step (mean over the client's steps);
+    # clients.csv writes each as a column train/<name>
+    train: dict[str, float] | None = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ class FileSink(Sink):
         self._metrics: IO[str] | None = None
         self._clients: IO[str] | None = None
         self._writer: csv.DictWriter | None = None
+        self._fields: list[str] = []
 
     def start(self, run_dir: Path, config: dict[str, Any], partition: dict[str, Any]) -> None:
         self.run_dir = run_dir
@@ -27,18 +28,39 @@ class FileSink(Sink):
         (run_dir / "partition.json").write_text(json.dumps(partition, indent=1))
         self._metrics = open(run_dir / "metrics.jsonl", "w")
         self._clients = open(run_dir / "clients.csv", "w", newline="")
-        fields = [f.name for f in dataclasses.fields(ClientRow)]
+        fields = [f.name for f in dataclasses.fields(ClientRow) if f.name != "train"]
         if (config.get("attack") or {}).get("kind", "none") == "none":
             fields.remove("attacked")  # the column exists in runs with an attack only
-        self._writer = csv.DictWriter(self._clients, fieldnames=fields, extrasaction="ignore")
-        self._writer.writeheader()
+        self._fields = fields
+        self._writer = None  # the header waits for the first round: it names what was logged
 
     def log_round(self, record: RoundRecord) -> None:
-        assert self._metrics and self._writer and self._clients
+        assert self._metrics and self._clients
         self._metrics.write(json.dumps({"round": record.round, **record.summary}) + "\n")
         self._metrics.flush()
-        self._writer.writerows(dataclasses.asdict(row) for row in record.clients)
+        rows = [_flat_row(row) for row in record.clients]
+        logged = sorted({k for r in rows for k in r if k.startswith("train/")})
+        if self._writer is None or not set(logged) <= set(self._fields):
+            self._start_columns(logged)
+        assert self._writer is not None
+        self._writer.writerows(rows)
         self._clients.flush()
+
+    def _start_columns(self, logged: list[str]) -> None:
+        """Write the header (again, with the rows so far, when a new logged name appears)."""
+        assert self._clients is not None
+        old = [f for f in self._fields if f.startswith("train/")]
+        fields = [f for f in self._fields if not f.startswith("train/")]
+        self._fields = fields + sorted({*old, *logged})
+        written = []
+        if self._writer is not None:
+            self._clients.close()
+            with open(self.run_dir / "clients.csv", newline="") as handle:
+                written = list(csv.DictReader(handle))
+            self._clients = open(self.run_dir / "clients.csv", "w", newline="")
+        self._writer = csv.DictWriter(self._clients, fieldnames=self._fields, extrasaction="ignore")
+        self._writer.writeheader()
+        self._writer.writerows(written)
 
     def finish(self, summary: dict[str, Any]) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -48,3 +70,11 @@ class FileSink(Sink):
             if handle is not None:
                 handle.close()
         self._metrics = self._clients = None
+
+
+def _flat_row(row: ClientRow) -> dict[str, Any]:
+    """A clients.csv row: the ClientRow's columns, its logged values as train/<name>."""
+    out = dataclasses.asdict(row)
+    for name, value in (out.pop("train") or {}).items():
+        out[f"train/{name}"] = value
+    return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ class RunData:
     partition: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # what could not be read, file and line
 
     @property
     def label(self) -> str:
@@ -54,8 +56,8 @@ class RunData:
         return f"{self.config.get('name', self.run_dir.name)} ({algorithm})"
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """(rounds, values) of a per-round metric over the rounds that have it."""
-        rows = [m for m in self.metrics if key in m]
+        """(rounds, values) of a per-round metric over the rounds that have it as a number."""
+        rows = [m for m in self.metrics if _is_number(m.get(key))]
         return np.array([m["round"] for m in rows]), np.array([m[key] for m in rows], dtype=float)
 
     def final_clients(self) -> dict[str, np.ndarray]:
@@ -66,37 +68,107 @@ class RunData:
         return {k: v[last] for k, v in self.clients.items()}
 
 
+# clients.csv's columns (fedsim.tracking.base.ClientRow) and how each is read back
+CLIENT_COLUMNS: dict[str, Any] = {
+    "client": int,
+    "round": int,
+    "accuracy": float,
+    "loss": float,
+    "n": int,
+    "classes": int,
+    "weight": float,  # empty: the client did not train that round
+    "attacked": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with an attack only
+}  # and train/<name>: what the module logged (numbers)
+
+
+def _read_metrics(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """metrics.jsonl's rounds; a line that is not a round's JSON object is skipped."""
+    metrics = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            problems.append(f"{path}: line {number} is not JSON (cut mid-line?); skipped")
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+            problems.append(f"{path}: line {number} is not a round's record; skipped")
+            continue
+        metrics.append(row)
+    return metrics
+
+
+def _read_clients(path: Path, problems: list[str]) -> dict[str, np.ndarray]:
+    """clients.csv as one typed array per column; a row that does not parse is skipped."""
+    columns: dict[str, list[float]] = {}
+    with open(path, newline="", errors="replace") as handle:
+        reader = csv.DictReader(handle)
+        names = [
+            n for n in reader.fieldnames or [] if n in CLIENT_COLUMNS or n.startswith("train/")
+        ]
+        for number, row in enumerate(reader, start=2):
+            try:
+                values = {
+                    n: float(CLIENT_COLUMNS.get(n, float)(row[n])) if row.get(n) else np.nan
+                    for n in names
+                }
+                if any(not np.isfinite(values[n]) for n in ("client", "round") if n in values):
+                    raise ValueError("no client or round")
+            except (ValueError, KeyError, TypeError):
+                problems.append(f"{path}: line {number} has a value that is not a number; skipped")
+                continue
+            for name, value in values.items():
+                columns.setdefault(name, []).append(value)
+    clients = {k: np.array(v, dtype=float) for k, v in columns.items()}
+    for key in ("client", "round", "n", "classes"):
+        if key in clients and np.all(np.isfinite(clients[key])):
+            clients[key] = clients[key].astype(np.int64)
+    return clients
+
+
+def _read_mapping(path: Path, loader: Any, what: str, problems: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        value = loader(path.read_text(errors="replace"))
+    except Exception as err:  # noqa: BLE001 - any unreadable file is reported, not raised
+        mark = getattr(err, "problem_mark", None) or getattr(err, "lineno", None)
+        line = mark.line + 1 if hasattr(mark, "line") else mark
+        where = f" (line {line})" if line else ""
+        problems.append(f"{path}: not {what}{where}; left out")
+        return {}
+    if not isinstance(value, dict):
+        if value is not None:
+            problems.append(f"{path}: not a {what} mapping; left out")
+        return {}
+    return value
+
+
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run folder (raises ConfigError when it is not one)."""
+    """Read a run folder (raises ConfigError when it is not one). A file or line that cannot be
+    read is left out and named in ``problems`` (what it could read is drawn)."""
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise ConfigError("run_dir", str(run_dir), "not a run folder (no metrics.jsonl)")
-    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    columns: dict[str, list[float]] = {}
+    problems: list[str] = []
+    metrics = _read_metrics(metrics_path, problems)
     clients_path = run_dir / "clients.csv"
-    if clients_path.is_file():
-        with open(clients_path, newline="") as handle:
-            for row in csv.DictReader(handle):
-                for key, value in row.items():
-                    columns.setdefault(key, []).append(float(value) if value else np.nan)
-    clients = {k: np.array(v) for k, v in columns.items()}
-    for key in ("client", "round", "n", "classes"):
-        if key in clients:
-            clients[key] = clients[key].astype(np.int64)
-
-    def read(name: str, loader: Any) -> dict[str, Any]:
-        path = run_dir / name
-        return (loader(path.read_text()) or {}) if path.is_file() else {}
-
+    clients = _read_clients(clients_path, problems) if clients_path.is_file() else {}
     return RunData(
         run_dir=run_dir,
         metrics=metrics,
         clients=clients,
-        partition=read("partition.json", json.loads),
-        config=read("config.yaml", yaml.safe_load),
-        summary=read("summary.json", json.loads),
+        partition=_read_mapping(run_dir / "partition.json", json.loads, "JSON", problems),
+        config=_read_mapping(run_dir / "config.yaml", yaml.safe_load, "YAML", problems),
+        summary=_read_mapping(run_dir / "summary.json", json.loads, "JSON", problems),
+        problems=problems,
     )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _pyplot() -> Any:
@@ -162,7 +234,7 @@ def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for key, label in (("acc_weighted", "weighted"), ("acc_worst10", "worst 10%")):
-        rows = [m for m in run.metrics if key in m and "sim_time" in m]
+        rows = [m for m in run.metrics if _is_number(m.get(key)) and _is_number(m.get("sim_time"))]
         x = [m["sim_time"] for m in rows]
         ax.plot(x, [m[key] for m in rows], marker="o" if len(x) <= 30 else None, ms=3, label=label)
     return _save_accuracy_axes(
@@ -236,8 +308,11 @@ def plot_final_vs(run: RunData, path: Path, by: str) -> Path:
 
 
 def write_report(run_dir: str | Path) -> list[Path]:
-    """Every report plot into ``run_dir/plots/``; returns them plus existing algorithm figures."""
+    """Every report plot into ``run_dir/plots/``; returns them plus existing algorithm figures.
+    What could not be read is named on stderr, one line each (the plots show the rest)."""
     run = load_run(run_dir)
+    for problem in run.problems:
+        print(f"fedsim: warning: {problem}", file=sys.stderr)
     plots = run.run_dir / "plots"
     written = [
         plot_accuracy_curves(run, plots / ACCURACY_CURVES),

@@ -1,0 +1,130 @@
+"""Keys that act only together with another key: set alone, they would be silently ignored.
+
+A key of ``DEPENDENT`` whose value differs from its default while the key it depends on does
+not enable it is a one-line ConfigError naming both (``aggregation.trim=0.2`` with
+``aggregation.rule=mean``). A default value is never refused, so a config may spell out
+every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from fedsim.errors import ConfigError, show_value
+
+_ROBUST = ("krum", "multikrum", "bulyan")
+_CORRUPTING = ("sign_flip", "scale", "gaussian")
+_CLUSTERED = ("relabel", "rotation", "clustered")
+
+# (key, the key it depends on, when that enables it, what the message says is needed)
+Rule = tuple[str, str, Callable[[Any], bool], str]
+DEPENDENT: list[Rule] = [
+    ("aggregation.trim", "aggregation.rule", lambda v: v == "trimmed_mean", "trimmed_mean"),
+    ("aggregation.krum_f", "aggregation.rule", lambda v: v in _ROBUST, "|".join(_ROBUST)),
+    ("aggregation.krum_m", "aggregation.rule", lambda v: v == "multikrum", "multikrum"),
+    ("attack.fraction", "attack.kind", lambda v: v != "none", "an attack"),
+    ("attack.start_round", "attack.kind", lambda v: v != "none", "an attack"),
+    ("attack.factor", "attack.kind", lambda v: v in _CORRUPTING, "|".join(_CORRUPTING)),
+    (
+        "privacy.noise_multiplier",
+        "privacy.mode",
+        lambda v: v in ("local", "central"),
+        "local|central",
+    ),
+    ("privacy.sigma", "privacy.mode", lambda v: v == "fixed_sigma", "fixed_sigma"),
+    ("privacy.delta", "privacy.mode", lambda v: v != "none", "a privacy mode"),
+    ("privacy.target_quantile", "privacy.adaptive", lambda v: v is True, "true"),
+    ("compression.threshold", "compression.kind", lambda v: v == "threshold", "threshold"),
+    ("compression.fraction", "compression.kind", lambda v: v == "topk", "topk"),
+    ("compression.error_feedback", "compression.kind", lambda v: v != "none", "a compression"),
+    *[
+        (f"asynchronous.{key}", "asynchronous.enabled", lambda v: v is True, "true")
+        for key in (
+            "buffer_size",
+            "concurrency",
+            "max_staleness",
+            "stale",
+            "staleness_discount",
+            "staleness_exponent",
+        )
+    ],  # fmt: skip
+    (
+        "asynchronous.staleness_exponent",
+        "asynchronous.staleness_discount",
+        lambda v: v == "polynomial",
+        "polynomial",
+    ),
+    (
+        "data.partition.classes_per_client",
+        "data.partition",
+        lambda p: "pathological" in (p.name, p.base if p.name in ("relabel", "rotation") else None),
+        "pathological (or relabel/rotation with data.partition.base=pathological)",
+    ),  # fmt: skip
+    (
+        "data.partition.alpha",
+        "data.partition",
+        lambda p: (
+            "dirichlet" in (p.name, p.base if p.name in ("relabel", "rotation") else None)
+            or p.name == "clustered"
+        ),
+        "dirichlet, clustered (or relabel/rotation with data.partition.base=dirichlet)",
+    ),  # fmt: skip
+    (
+        "data.partition.clusters",
+        "data.partition.name",
+        lambda v: v in _CLUSTERED,
+        "|".join(_CLUSTERED),
+    ),  # fmt: skip
+    ("data.partition.step", "data.partition.name", lambda v: v == "rotation", "rotation"),
+    (
+        "data.partition.base",
+        "data.partition.name",
+        lambda v: v in ("relabel", "rotation"),
+        "relabel|rotation",
+    ),  # fmt: skip
+    ("data.partition.sigma", "data.partition.name", lambda v: v == "clustered", "clustered"),
+    ("client.betas", "client.optimizer", lambda v: v in ("adam", "adamw"), "adam|adamw"),
+    ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
+    ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),
+    ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
+    *[
+        (f"tracking.wandb.{key}", "tracking.wandb.enabled", lambda v: v is True, "true")
+        for key in ("project", "entity", "group", "tags", "mode", "max_client_series", "params")
+    ],
+]
+
+
+def _get(cfg: Any, key: str) -> Any:
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _default(cfg: Any, key: str) -> Any:
+    *path, name = key.split(".")
+    section = _get(cfg, ".".join(path)) if path else cfg
+    field = next(f for f in dataclasses.fields(section) if f.name == name)
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory()  # type: ignore[misc]
+
+
+def check_effective(cfg: Any) -> None:
+    """ConfigError for a key set (not to its default) where nothing would read it."""
+    for key, enabler, enables, needed in DEPENDENT:
+        value = _get(cfg, key)
+        if value == _default(cfg, key):
+            continue
+        switch = _get(cfg, enabler)
+        if not enables(switch):
+            shown = switch.name if enabler == "data.partition" else show_value(switch)
+            where = "data.partition.name" if enabler == "data.partition" else enabler
+            raise ConfigError(
+                key,
+                value,
+                f"acts only with {where}={needed}, and this run has {where}={shown}: nothing "
+                "would read it; remove it or set that key",
+            )

@@ -1,0 +1,104 @@
+"""The ClientProbe a worker hands to algorithm code for one client (``algorithms.base``):
+evaluate, take a gradient, draw the client's minibatches, or train any parameters on the
+client's own data, inside the worker where the data and the module already are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsim.gradient_tasks import GradientTask
+from fedsim.runtime.training import (
+    EvalResult,
+    all_finite,
+    frozen_parameters,
+    keep_frozen,
+    seed_torch,
+    train_client,
+)
+from lightning_modules.hooks import ClientTerms
+
+
+def probe_seed(seed: int, round_idx: int, client: int, kind: int, key: int) -> int:
+    """Randomness of a probe's extra pass: (seed, round, client, kind, key), never the worker."""
+    state = np.random.SeedSequence([seed, round_idx, client, kind, key]).generate_state(1)
+    return int(state[0])
+
+
+class WorkerProbe:
+    """One client's probe (see ``ClientProbe``)."""
+
+    def __init__(self, worker: Any, client: int, round_idx: int):
+        """``worker``: the ``ClientWorker`` (its module, flat buffer, data, spec)."""
+        self.worker, self.client, self.round_idx = worker, client, round_idx
+        split = worker.data.clients[client]
+        self.train_indices, self.test_indices = split.train, split.test
+
+    def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> EvalResult:
+        return self.worker._evaluate(params, self.test_indices if indices is None else indices)
+
+    def gradient(
+        self, params: torch.Tensor, indices: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, float]:
+        task = GradientTask(client=self.client, params=params, indices=indices)
+        out = self.worker._gradient(self.round_idx, {}, task)
+        return out.gradient, out.loss
+
+    def batches(
+        self, epochs: int = 1, indices: np.ndarray | None = None, key: int = 0
+    ) -> list[np.ndarray]:
+        """Minibatches (index arrays of ``client.batch_size``) over ``epochs`` shuffled passes
+        of ``indices`` (default the train split), seeded by (seed, round, client, ``key``): for
+        an algorithm's own per-batch loop (pFedMe, Per-FedAvg, APFL)."""
+        worker = self.worker
+        samples = self.train_indices if indices is None else np.asarray(indices, np.int64)
+        generator = torch.Generator().manual_seed(
+            probe_seed(worker.spec.seed, self.round_idx, self.client, 3, key)
+        )
+        size, out = worker.spec.batch_size, []
+        for _ in range(epochs):
+            order = samples[torch.randperm(len(samples), generator=generator).numpy()]
+            out += [order[start : start + size] for start in range(0, len(order), size)]
+        return out
+
+    def train(
+        self,
+        params: torch.Tensor,
+        *,
+        epochs: int = 1,
+        terms: ClientTerms | None = None,
+        frozen: list[str] | None = None,
+        indices: np.ndarray | None = None,
+        key: int = 0,
+    ) -> tuple[torch.Tensor, float]:
+        """An extra local training pass from ``params`` (see ``ClientProbe.train``)."""
+        worker = self.worker
+        module = worker.module
+        frozen_set = set(frozen or ())
+        if epochs < 1 or all(n in frozen_set for n, _ in module.named_parameters()):
+            return params.detach().to("cpu", copy=True), 0.0
+        worker.flat.copy_(params)
+        seed = probe_seed(worker.spec.seed, self.round_idx, self.client, 2, key)
+        seed_torch(seed, worker.device)
+        with frozen_parameters(module, frozen):
+            result = train_client(
+                module,
+                worker.data,
+                self.train_indices if indices is None else np.asarray(indices, dtype=np.int64),
+                epochs=epochs,
+                batch_size=worker.spec.batch_size,
+                generator=torch.Generator().manual_seed(seed),
+                device=worker.device,
+                terms=terms,
+                clip_grad_norm=worker.spec.clip_grad_norm,
+                lr_scale=worker.spec.lr_scale(self.round_idx),
+                bf16=worker.spec.bf16,
+            )
+        trained = worker._trained_params()
+        if frozen_set:  # float buffers (BatchNorm statistics) of the frozen part too
+            keep_frozen(trained, params, worker.layout, frozen)
+        if not result.finite or not all_finite(trained):
+            return trained, float("nan")
+        return trained, result.mean_loss
