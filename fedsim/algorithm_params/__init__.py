@@ -12,6 +12,15 @@ from __future__ import annotations
 import dataclasses
 
 from fedsim.algorithm_params.base import AlgorithmParams
+from fedsim.algorithm_params.baselines import (
+    APFLParams,
+    FedBABUParams,
+    FedRepParams,
+    LGFedAvgParams,
+    MOONParams,
+    PerFedAvgParams,
+    PFedMeParams,
+)
 from fedsim.algorithm_params.clustered import FCParams, FedDiscoParams, IFCAParams
 from fedsim.algorithm_params.fedavg_family import (
     DittoParams,
@@ -51,6 +60,16 @@ PARAMS: dict[str, type[AlgorithmParams]] = {
     "feddisco": FedDiscoParams,
     "oracle": AlgorithmParams,
     "spcacw": SPCACWParams,
+    "fedrep": FedRepParams,
+    "fedbn": AlgorithmParams,
+    "lgfedavg": LGFedAvgParams,
+    "fedbabu": FedBABUParams,
+    "fedrod": AlgorithmParams,
+    "apfl": APFLParams,
+    "pfedme": PFedMeParams,
+    "perfedavg": PerFedAvgParams,
+    "moon": MOONParams,
+    "fednova": AlgorithmParams,
 }
 BUILTIN_NAMES = tuple(PARAMS)
 ALGORITHM_BASE = "fedsim.algorithms.base.Algorithm"  # checked by name: no torch imported here
