@@ -16,7 +16,10 @@ compute. Round 0 is a warm-up; the figures are the median of the rounds after it
 shared machine use ``--passes 2`` or more: the ways are repeated and each keeps its fastest
 pass. CPU seconds per round are printed too (less sensitive to other users' load). One line
 per workload at the end:
-``RESULT clients=<n> ray_vs_ideal=<a/d> ray_vs_plain=<a/c> outside_training=<fraction of (a)>``.
+``RESULT clients=<n> ray_vs_ideal=<a/d> ray_vs_plain=<a/c> outside_training=<fraction of (a)>
+sum_share=<fraction>``: outside_training counts what the ideal does not do (Ray calls, waiting on
+the slower worker, bookkeeping); adding each client's parameters into the worker's float64
+sum is aggregation the ideal pays too, reported on its own as sum_share.
 
     .venv/bin/python benchmarks/overhead.py [--rounds 4] [--workers W] [--clients 100,1000]
         [--partition auto|dirichlet|iid] [--ways adcb] [--passes 1]
@@ -308,36 +311,45 @@ def run_way(
     return {"round_seconds": seconds, "cpu_marks": marks, "params": params}
 
 
-def report_ray_breakdown(a: dict[str, Any], rounds: int) -> float:
-    """Print where (a) spends time that is not client compute; return that fraction (of the
-    median steady round)."""
+def report_ray_breakdown(a: dict[str, Any], rounds: int) -> tuple[float, float]:
+    """Print where (a) spends time that is not client compute; return (the fraction outside
+    client compute and the float64 sum, the sum's fraction), of the median steady round.
+
+    Adding a client's parameters into the worker's float64 sum is aggregation work the ideal
+    (d) pays too, so it is not counted as overhead: ``outside_training`` is Ray calls,
+    waiting on the slower worker and bookkeeping other than the sum."""
     steady_rounds = range(1, rounds) if rounds > 1 else range(rounds)
     calls = [a["calls"][r] for r in steady_rounds]
     wall = sum(a["round_seconds"][r] for r in steady_rounds)
     call = sum(c[0] for c in calls)
     compute = sum(sum(w.compute_seconds for w in c[1]) for c in calls)
+    summed = sum(sum(w.sum_seconds for w in c[1]) for c in calls)
     busy_max = sum(max(w.busy_seconds for w in c[1]) for c in calls)
     compute_max = sum(max(w.compute_seconds for w in c[1]) for c in calls)
     busy_sum = sum(sum(w.busy_seconds for w in c[1]) for c in calls)
     workers = a["workers"]
-    per_round = [
-        1.0 - sum(w.compute_seconds for w in a["calls"][r][1]) / (workers * a["round_seconds"][r])
-        for r in steady_rounds
-    ]
-    outside = statistics.median(per_round)  # the median steady round, like the wall ratios
+
+    def share(r: int, key: str) -> float:
+        return sum(getattr(w, key) for w in a["calls"][r][1]) / (workers * a["round_seconds"][r])
+
+    outside = statistics.median(
+        1.0 - share(r, "compute_seconds") - share(r, "sum_seconds") for r in steady_rounds
+    )  # the median steady round, like the wall ratios
+    sum_share = statistics.median(share(r, "sum_seconds") for r in steady_rounds)
     print(f"\n(a) over {len(calls)} steady rounds: wall {wall:.2f} s")
     print(f"    driver (sampling, payloads, aggregation, metrics): {wall - call:.3f} s")
     print(f"    Ray call beyond the slowest worker (transfer, scheduling): {call - busy_max:.3f} s")
     print(
-        "    in-worker bookkeeping (client_start/finish, copies): "
-        f"{(busy_sum - compute) / workers:.3f} s per worker"
+        "    in-worker bookkeeping other than the sum (client_start/finish, copies): "
+        f"{(busy_sum - compute - summed) / workers:.3f} s per worker"
+    )
+    print(
+        f"    the float64 sum of client updates (the ideal pays it too): {summed / workers:.3f} s "
+        f"per worker, {sum_share:.3%} of the median round"
     )
     print(f"    waiting on the slowest worker (imbalance): {compute_max - compute / workers:.3f} s")
-    print(
-        f"    outside client compute: {1.0 - compute / (workers * wall):.3%} of W x wall "
-        f"(median round {outside:.3%})"
-    )
-    return outside
+    print(f"    outside client compute and the sum: median round {outside:.3%}")
+    return outside, sum_share
 
 
 def main() -> None:
@@ -419,12 +431,15 @@ def measure(args: argparse.Namespace) -> str:
             diff = float((best[x]["params"] - best[y]["params"]).abs().max())
             print(f"same work check: max |params ({x}) - params ({y})| = {diff:.2e} ({why})")
 
-    outside = report_ray_breakdown(best["a"], args.rounds) if "a" in best else float("nan")
+    outside, sum_share = (
+        report_ray_breakdown(best["a"], args.rounds) if "a" in best else (float("nan"),) * 2
+    )
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     result = (
         f"RESULT clients={args.clients} ray_vs_ideal={ratio.get('a/d', float('nan')):.3f} "
-        f"ray_vs_plain={ratio.get('a/c', float('nan')):.3f} outside_training={outside:.4f}"
+        f"ray_vs_plain={ratio.get('a/c', float('nan')):.3f} outside_training={outside:.4f} "
+        f"sum_share={sum_share:.4f}"
     )
     print(result, flush=True)
     return result

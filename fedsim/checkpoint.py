@@ -24,6 +24,7 @@ one-line ``ConfigError`` before the file is unpickled.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import os
@@ -290,24 +291,43 @@ def config_defaults(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_resumable(checkpoint: Checkpoint, config: dict[str, Any], path: Path) -> None:
+def _without(config: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of ``config`` without the ``dotted`` keys (``client.lr``), at any depth."""
+    out = copy.deepcopy(config)
+    for key in dotted:
+        *path, last = key.split(".")
+        section: Any = out
+        for part in path:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            section.pop(last, None)
+    return out
+
+
+def check_resumable(
+    checkpoint: Checkpoint, config: dict[str, Any], path: Path, may_change: tuple[str, ...] = ()
+) -> None:
     """Raise ConfigError unless ``config`` continues the checkpoint's run.
 
     A key the checkpoint's config lacks (one added to fedsim after it was written) counts as
-    unchanged when ``config`` has its default there.
+    unchanged when ``config`` has its default there. ``may_change``: dotted keys that may
+    differ besides RESUMABLE_CHANGES (a Population Based Training exploit continues another
+    trial's checkpoint with new values of the searched keys).
     """
-    saved = _filled(checkpoint.config, config_defaults(config))
+    saved = _without(_filled(checkpoint.config, config_defaults(config)), may_change)
+    current = _without(config, may_change)
     changed = sorted(
         key
-        for key in set(config) | set(saved)
-        if key not in RESUMABLE_CHANGES and config.get(key) != saved.get(key)
+        for key in set(current) | set(saved)
+        if key not in RESUMABLE_CHANGES and current.get(key) != saved.get(key)
     )
     if changed:
+        allowed = ", ".join((*RESUMABLE_CHANGES, *may_change))
         raise ConfigError(
             "--resume",
             str(path),
             f"the config differs from the checkpoint's in {', '.join(changed)}; only "
-            f"{', '.join(RESUMABLE_CHANGES)} may change",
+            f"{allowed} may change",
         )
     if config["rounds"] < checkpoint.rounds_trained:
         raise ConfigError(

@@ -22,19 +22,24 @@ def checked(
     *,
     factory: typing.Callable[[], Any] | None = None,
     doc: str = "",
+    group: str = "",
 ) -> Any:
     """A dataclass field whose range is declared next to it.
 
     ``build_dataclass`` raises a ConfigError saying ``allowed`` unless ``predicate(value)``;
     a subclass that redeclares the field (a new default) keeps the check. ``factory`` instead
     of ``default`` for a mutable default (``checked(predicate=..., allowed=..., factory=list)``);
-    ``doc`` is the description ``fedsim keys`` shows (else the field's ``# comment``).
+    ``doc`` is the description ``fedsim keys`` shows (else the field's ``# comment``);
+    ``group`` names the setting under which the key acts (FedVG's validation keys: "with
+    algorithm.weighting=fedvg|avg"): listed apart from the algorithm's own keys.
     """
     if predicate is None or not allowed:
         raise TypeError("checked() needs a predicate and the allowed text")
     metadata: dict[str, Any] = {"check": (predicate, allowed)}
     if doc:
         metadata["doc"] = doc
+    if group:
+        metadata["group"] = group
     if factory is not None:
         if default is not dataclasses.MISSING:
             raise TypeError("checked() takes a default or a factory, not both")
@@ -49,3 +54,12 @@ def field_check(cls: type, name: str) -> Check | None:
         if declared is not None and "check" in declared.metadata:
             return declared.metadata["check"]
     return None
+
+
+def field_group(cls: type, name: str) -> str:
+    """The ``group`` of field ``name`` ('' for an algorithm's own keys)."""
+    for klass in cls.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and "group" in declared.metadata:
+            return declared.metadata["group"]
+    return ""

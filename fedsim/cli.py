@@ -1,9 +1,11 @@
 """fedsim: federated-learning experiments from one YAML config.
 
   fedsim run CONFIG [key=value ...] [--out DIR] [--resume | --overwrite] [--check]
-  fedsim keys [SECTION]          every config key: type, default, allowed values, meaning
+                                 [--print-config]
+  fedsim keys [SECTION]          algorithms, models, datasets; a section's or algorithm's keys
   fedsim report RUN_DIR ...      redraw a run folder's plots
-  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo]
+  fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
+  fedsim tune --resume DIR       continue an interrupted search
 
 Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys' lists them.
 """
@@ -11,17 +13,20 @@ Any config key can be overridden as dotted.key=value (YAML values); 'fedsim keys
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import typing
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+import fedsim
 from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
-from fedsim.interrupts import Terminated, stop_signals
+from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -45,6 +50,11 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.print_config:  # the merged config, every default filled in, then exit
+        check_given_once(args.overrides)
+        cfg = load_config(args.config, args.overrides)
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return 0
     search = [o for o in args.overrides if o.split("=", 1)[0].strip().startswith("tune.")]
     if search:
         key, _, value = search[0].partition("=")
@@ -100,10 +110,27 @@ def resume_command(args: argparse.Namespace, stop: object) -> str:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from fedsim.keys import render_markdown, render_text, select
+    from fedsim.keys import (
+        algorithm_names,
+        overview,
+        own_keys,
+        render_markdown,
+        render_text,
+        select,
+    )
 
+    if args.section is None and not args.markdown:
+        print(overview())
+        return 0
     keys = select(args.section)
     print(render_markdown(keys) if args.markdown else render_text(keys))
+    name = (args.section or "").removeprefix("algorithm.")
+    if not args.markdown and (name in algorithm_names() or ":" in name):
+        hidden = own_keys(name)[1]
+        if hidden:
+            group = hidden[0].group.split(" (")[0]
+            names = ", ".join(k.key.removeprefix("algorithm.") for k in hidden)
+            print(f"({group}: {names}; fedsim keys fedvg describes them)")
     return 0
 
 
@@ -152,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="fedsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"fedsim {fedsim.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser(
         "run",
@@ -176,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="replace the run in --out (the folder is cleared first)",
+    )
+    run.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the fully merged config (bases, overrides, every default) and exit",
     )
     run.add_argument(
         "--check",
@@ -209,6 +242,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # bare `fedsim`: the help, not an error
+        parser.print_help()
+        return 0
+    try:
+        return _main(parser, argv)
+    except BrokenPipeError:  # `fedsim keys | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
     if unknown:
@@ -219,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         with stop_signals():  # SIGTERM before the rounds start stops as Ctrl-C does
             return args.func(args)
     except KeyboardInterrupt as stop:  # before any round ran (a run reports its own)
-        terminated = isinstance(stop, Terminated)
+        terminated = stop_reason(stop) == "SIGTERM"
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         where = " before any round finished; nothing to resume" if args.command == "run" else ""
         print(f"fedsim: {how}{where}", file=sys.stderr)

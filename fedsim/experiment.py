@@ -44,11 +44,14 @@ def write_report_safely(run_dir: Path) -> list[Path]:
         return []
 
 
-def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
+def resumable_checkpoint(
+    cfg: ExperimentConfig, run_dir: Path, may_change: tuple[str, ...] = ()
+) -> Checkpoint:
     """The newest readable checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError).
 
     Damaged newer ones are renamed aside (``round_00004.pt.damaged``) with a one-line
-    warning saying which rounds run again; none readable is a ConfigError.
+    warning saying which rounds run again; none readable is a ConfigError. ``may_change``:
+    dotted keys the config may change besides those any resume may (``check_resumable``).
     """
     config = cfg.to_dict()
     checkpoint, path, damaged = newest_readable_checkpoint(run_dir, config)
@@ -62,7 +65,7 @@ def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
     if checkpoint is None or path is None:
         reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
         raise ConfigError("--resume", str(run_dir), f"no readable checkpoint ({reasons})")
-    check_resumable(checkpoint, config, path)
+    check_resumable(checkpoint, config, path, may_change)
     if damaged:  # kept aside for inspection, and said which rounds run again
         newest = max(int(err.path.stem.split("_")[-1]) for err in damaged)
         first, last = checkpoint.rounds_trained, newest - 1
@@ -83,8 +86,8 @@ def resumable_checkpoint(cfg: ExperimentConfig, run_dir: Path) -> Checkpoint:
 
 
 class RunInterrupted(Exception):
-    """Ctrl-C or SIGTERM stopped a run; ``checkpoint`` is where it can resume from (None:
-    nowhere); ``signal``: SIGINT or SIGTERM."""
+    """Ctrl-C, SIGTERM or a sink stopped a run; ``checkpoint`` is where it can resume from
+    (None: nowhere); ``signal``: SIGINT, SIGTERM or ``stopped`` (a sink's ``Stopped``)."""
 
     def __init__(
         self, run_dir: Path, rounds_done: int, checkpoint: Path | None, signal: str = "SIGINT"
@@ -100,7 +103,9 @@ class RunInterrupted(Exception):
 
     def describe(self, resume_command: str) -> str:
         """One line: where the run stopped and how to continue it."""
-        how = "terminated (SIGTERM)" if self.signal == "SIGTERM" else "interrupted"
+        how = {"SIGTERM": "terminated (SIGTERM)", "stopped": "stopped"}.get(
+            self.signal, "interrupted"
+        )
         done = f"{how} in {self.run_dir} after {self.rounds_done} completed rounds"
         if self.checkpoint is None:
             return f"{done}; no checkpoint (checkpoint_every=0), so it cannot be resumed"
@@ -144,27 +149,29 @@ def prepare_run(
     progress: bool,
     resume: bool,
     overwrite: bool,
+    resume_changes: tuple[str, ...] = (),
 ) -> tuple[Simulation, Path, Checkpoint | None, list[Sink]]:
     """The simulation (built here unless given), the run folder (checked, not made), the
-    checkpoint to resume, the sinks."""
+    checkpoint to resume, the sinks (the extra ones after the run's own: a sink that stops
+    the run sees a round only once every other sink has it)."""
     simulation = Simulation(cfg) if simulation is None else simulation
     check_runtime(cfg.runtime)
     if resume:
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
         check_out_dir(run_dir, resume=True, overwrite=False)
-        checkpoint = resumable_checkpoint(cfg, run_dir)
+        checkpoint = resumable_checkpoint(cfg, run_dir, resume_changes)
     else:
         run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
         check_out_dir(run_dir, resume=False, overwrite=overwrite)
         checkpoint = None
-    sinks: list[Sink] = [FileSink(), *(extra_sinks or [])]
+    sinks: list[Sink] = [FileSink()]
     if cfg.tracking.wandb.enabled:
         from fedsim.tracking.wandb_sink import WandbSink
 
         sinks.append(WandbSink(cfg.tracking.wandb))
     if progress:
         sinks.append(ProgressSink(cfg.rounds, description=cfg.name))
-    return simulation, run_dir, checkpoint, sinks
+    return simulation, run_dir, checkpoint, [*sinks, *(extra_sinks or [])]
 
 
 def run_experiment(
@@ -178,6 +185,7 @@ def run_experiment(
     overwrite: bool = False,
     simulation: Simulation | None = None,
     pool: StartedPool | None = None,
+    resume_changes: tuple[str, ...] = (),
 ) -> RunResult:
     """Everything that can fail on bad input fails before the run folder exists.
 
@@ -187,12 +195,15 @@ def run_experiment(
     the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
     ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
     ``simulation`` (built from ``cfg``) and ``pool`` (Ray and the worker actors): started
-    ahead by ``fedsim.early_start``; the run owns the pool from then on.
+    ahead by ``fedsim.early_start``; the run owns the pool from then on. ``resume_changes``:
+    dotted keys a resume may change besides name, rounds, runtime... (a Population Based
+    Training exploit: the searched keys). An extra sink may stop the run by raising
+    ``fedsim.interrupts.Stopped`` (``RunInterrupted`` with signal ``stopped``).
     """
     try:
         simulation, run_dir, checkpoint, sinks = prepare_run(
             cfg, out_dir, extra_sinks, simulation, progress=progress, resume=resume,
-            overwrite=overwrite,
+            overwrite=overwrite, resume_changes=resume_changes,
         )  # fmt: skip
         prepared_at = time.time()
         executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data, pool=pool)

@@ -26,10 +26,16 @@ class Terminated(KeyboardInterrupt):
     """The run received SIGTERM; it stops like Ctrl-C (exit code 143 from the CLI)."""
 
 
+class Stopped(KeyboardInterrupt):
+    """A sink ended the run on purpose while a round was logged (Ray Tune ended the trial:
+    its scheduler stopped it, or the search itself stopped): the run stops as after Ctrl-C,
+    with ``status: stopped`` in its summary."""
+
+
 @dataclass(frozen=True)
 class Interruption:
-    """Where a Ctrl-C or SIGTERM stopped a run: rounds completed, the checkpoint to resume
-    from, and the signal (``SIGINT`` / ``SIGTERM``)."""
+    """Where a Ctrl-C, SIGTERM or a sink stopped a run: rounds completed, the checkpoint to
+    resume from, and why (``SIGINT`` / ``SIGTERM`` / ``stopped``: ``Stopped``)."""
 
     rounds_done: int
     checkpoint: Path | None
@@ -41,10 +47,25 @@ def _handler(previous: Any) -> Any:
     return signal.SIG_DFL if previous is None else previous
 
 
+_received: list[int] = []  # the last signal that stopped a run (Ray re-raises a plain
+# KeyboardInterrupt from inside ray.get, losing Terminated's type)
+
+
 def _raise_for(signum: int) -> None:
+    _received[:] = [signum]
     if signum == signal.SIGTERM:
         raise Terminated
     raise KeyboardInterrupt
+
+
+def stop_reason(stop: BaseException) -> str:
+    """``SIGTERM``, ``stopped`` (a sink's ``Stopped``) or ``SIGINT``: what stopped the run
+    with ``stop``. Ray turns our ``Terminated`` into a plain KeyboardInterrupt from inside
+    ``ray.get``, so the handler's record of the signal decides where the type cannot."""
+    received, _received[:] = list(_received), []
+    if isinstance(stop, Terminated) or received == [signal.SIGTERM]:
+        return "SIGTERM"
+    return "stopped" if isinstance(stop, Stopped) else "SIGINT"
 
 
 @contextmanager

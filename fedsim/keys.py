@@ -19,19 +19,20 @@ from functools import cache
 from typing import Any
 
 from fedsim.algorithm_params import BUILTIN_NAMES, params_class
-from fedsim.checks import field_check
+from fedsim.checks import field_check, field_group
 from fedsim.config import AlgorithmConfig, ExperimentConfig
 
 
 @dataclass(frozen=True)
 class KeyDoc:
-    """One documented key."""
+    """One documented key (``group``: the setting it acts under, '' for a section's own)."""
 
     key: str
     type: str
     default: Any
     allowed: str
     description: str
+    group: str = ""
 
 
 @cache
@@ -111,8 +112,11 @@ def dataclass_keys(cls: type, prefix: str = "") -> list[KeyDoc]:
         if f.name == "params" and cls is AlgorithmConfig:
             continue  # the chosen algorithm's own keys, listed per algorithm
         docs.append(
-            KeyDoc(key, _type_text(tp), _default(f), _allowed(cls, f), _description(cls, f))
-        )
+            KeyDoc(
+                key, _type_text(tp), _default(f), _allowed(cls, f), _description(cls, f),
+                field_group(cls, f.name),
+            )
+        )  # fmt: skip
     return docs
 
 
@@ -136,28 +140,65 @@ def all_keys() -> dict[str, list[KeyDoc]]:
     return {"experiment": experiment_keys(), **{n: algorithm_keys(n) for n in algorithm_names()}}
 
 
+def own_keys(name: str) -> tuple[list[KeyDoc], list[KeyDoc]]:
+    """(the algorithm's own keys, those of a setting it does not use by default): FedAvg's
+    FedVG validation keys act only with ``weighting=fedvg|avg``; FedVG's are its own."""
+    keys = algorithm_keys(name)
+    active = _default_weighting(name) in ("fedvg", "avg")
+    own = [k for k in keys if not k.group or active]
+    return own, [k for k in keys if k not in own]
+
+
+def _default_weighting(name: str) -> Any:
+    return getattr(params_class(name), "weighting", None)
+
+
 def select(section: str | None) -> list[KeyDoc]:
-    """Keys under ``section``: a dotted prefix (``data``, ``runtime``), or an algorithm name.
+    """Keys under ``section``: ``experiment`` (every key but the algorithms'), a dotted
+    prefix (``data``, ``runtime``), or an algorithm name (its own keys).
 
     ConfigError (one line) when nothing matches.
     """
     from fedsim.errors import ConfigError
 
-    if section is None:
+    if section in (None, "experiment"):
         return experiment_keys()
     names = algorithm_names()
     name = section.removeprefix("algorithm.")
     if name in names or ":" in name:  # a built-in, or a plug-in named by import path
-        return algorithm_keys(name)
+        return own_keys(name)[0]
     found = [k for k in experiment_keys() if k.key == section or k.key.startswith(f"{section}.")]
     if not found:
         sections = sorted({k.key.split(".")[0] for k in experiment_keys() if "." in k.key})
         raise ConfigError(
             "section",
             section,
-            f"allowed: {', '.join(sections)}, or an algorithm: {', '.join(names)}",
+            f"allowed: experiment, {', '.join(sections)}, or an algorithm: {', '.join(names)}",
         )
     return found
+
+
+def overview() -> str:
+    """``fedsim keys`` without a section: the names a config can pick, one line each."""
+    from fedsim.algorithm_params import SUMMARIES as ALGORITHMS
+    from fedsim.data.names import SUMMARIES as DATASETS
+    from lightning_modules.registry import SUMMARIES as MODELS
+
+    sections = sorted({k.key.split(".")[0] for k in experiment_keys() if "." in k.key})
+    parts = [
+        ("algorithm.name (fedsim keys ALGORITHM: its keys)", ALGORITHMS),
+        ("model.name", MODELS),
+        ("data.name", DATASETS),
+    ]
+    lines = []
+    for title, names in parts:
+        width = max(map(len, names))
+        lines += [title] + [f"  {n:<{width}}  {text}" for n, text in names.items()] + [""]
+    lines.append(
+        f"keys: fedsim keys experiment (all), or a section: {', '.join(sections)}; "
+        "module:Class or module:function of your own works for each name"
+    )
+    return "\n".join(lines)
 
 
 def _show(value: Any) -> str:

@@ -127,3 +127,15 @@ def config_plugin_paths(*values: str) -> list[str]:
     algorithm.name; validated, so imported here): what a Ray job must ship to its workers,
     e.g. ``join_or_start_ray(address, py_modules=config_plugin_paths(...))``."""
     return plugin_paths(v.partition(":")[0] for v in values if is_import_path(v))
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Any:
+    """A package's ``__getattr__`` (PEP 562) that imports each name from its module on first
+    use, so importing the package itself stays light (``exports``: name -> module)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(exports[name]), name)
+
+    return __getattr__

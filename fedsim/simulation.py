@@ -82,10 +82,15 @@ def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
     }
 
 
-def federation_info(module: Any, data: FederatedData, cfg: ExperimentConfig) -> FederationInfo:
+def federation_info(
+    module: Any, data: FederatedData, cfg: ExperimentConfig | None = None
+) -> FederationInfo:
+    """What the algorithm may know of the federation (``cfg``: the client settings; None:
+    the defaults, one epoch each, batch 10)."""
     blocks = block_parameters(module)
     sizes = data.train_sizes()
-    cycle = cfg.client.epochs_by_client
+    epochs, batch_size = (1, 10) if cfg is None else (cfg.client.epochs, cfg.client.batch_size)
+    cycle = None if cfg is None else cfg.client.epochs_by_client
     return FederationInfo(
         layout=ParamLayout.from_module(module),
         num_clients=data.num_clients,
@@ -99,10 +104,9 @@ def federation_info(module: Any, data: FederatedData, cfg: ExperimentConfig) -> 
         client_clusters=data.partition.get("client_clusters"),
         partition=str(data.partition.get("name", "")),
         client_epochs=[
-            cfg.client.epochs if cycle is None else cycle[k % len(cycle)]
-            for k in range(data.num_clients)
+            epochs if cycle is None else cycle[k % len(cycle)] for k in range(data.num_clients)
         ],  # fmt: skip
-        batch_size=cfg.client.batch_size,
+        batch_size=batch_size,
         buffer_names=[n for n, b in module.named_buffers() if b.is_floating_point()],
         batchnorm_names=batchnorm_names(module),
     )

@@ -6,8 +6,7 @@ The names below load on first use (PEP 562): importing ``lightning_modules.flat_
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedsim.plugins import lazy_exports
 
 _EXPORTS = {
     "FLModule": "lightning_modules.base",
@@ -21,7 +20,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'lightning_modules' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -20,6 +20,11 @@ MODELS: dict[str, str] = {
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
 }
 MODEL_NAMES = tuple(MODELS)
+SUMMARIES = {
+    "fedavg_cnn": "PFLlib's FedAvgCNN: 2 conv + 2 FC layers (images)",
+    "resnet18": "ResNet-18 with a 3x3 stem for 32x32 images",
+    "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
+}
 ALLOWED = (
     f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a LightningModule "
     "(lightning_modules.base.FLModule, or a plain pytorch_lightning.LightningModule)"

@@ -17,7 +17,9 @@ Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row
 ``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
 ``mean ± std`` over seeds: the sample std of ``fedsim.search.stats``, as in every results
 table; with one seed the std is nan and the table shows the mean alone). On a multi-node
-cluster ``--out`` and ``data.root`` must be paths every node shares.
+cluster ``--out`` and ``data.root`` must be paths every node shares. Runs with
+``tracking.wandb.enabled=true`` share one W&B group (``tracking.wandb.group`` or
+``reproduce-<time>``) and carry ``config_file`` and ``seed`` as top-level W&B config keys.
 """
 
 from __future__ import annotations
@@ -76,9 +78,16 @@ def run_one(raw: dict[str, Any], run_dir: str) -> dict[str, Any]:
 
 
 def plan_runs(
-    configs: list[str], seeds: list[int], overrides: list[str], out: Path, trial_executor: str
+    configs: list[str],
+    seeds: list[int],
+    overrides: list[str],
+    out: Path,
+    trial_executor: str,
+    wandb_group: str | None = None,
 ) -> list[RunSpec]:
-    """Validate every (config, seed) before Ray starts; name their run folders."""
+    """Validate every (config, seed) before Ray starts; name their run folders. Runs with
+    W&B share ``wandb_group`` (unless their config names one) and carry their config file
+    as a top-level W&B config key (``config_file``; ``seed`` is one already)."""
     specs = []
     for config in configs:
         for seed in seeds:
@@ -87,6 +96,11 @@ def plan_runs(
             raw = cfg.to_dict()
             raw["data"]["root"] = str(Path(raw["data"]["root"]).resolve())
             raw = with_values(raw, trial_runtime(cfg.runtime, executor))
+            if cfg.tracking.wandb.enabled:
+                wandb = raw["tracking"]["wandb"]
+                wandb["group"] = wandb["group"] or wandb_group
+                wandb["tags"] = [*wandb["tags"], "reproduce"]
+                wandb["params"] = {**wandb["params"], "config_file": str(config)}
             config_from_dict(raw)
             label = f"{cfg.name} ({cfg.algorithm.name})"
             run_dir = out / "runs" / f"{Path(config).stem}-seed{seed}"
@@ -163,7 +177,7 @@ def reproduce(
         raise ConfigError("--seeds", seeds, "give at least one seed")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out if out is not None else Path("runs") / f"reproduce-{stamp}").resolve()
-    specs = plan_runs(configs, seeds, overrides, out_dir, trial_executor)
+    specs = plan_runs(configs, seeds, overrides, out_dir, trial_executor, f"reproduce-{stamp}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     import ray

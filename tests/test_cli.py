@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -123,3 +124,30 @@ def test_help_is_plain_text_and_points_to_the_keys(argv, capsys):
     assert "`" not in out  # no reStructuredText markup in a terminal
     if argv[0] in ("--help", "run"):
         assert "fedsim keys" in out
+
+
+def test_version_bare_help_and_a_closed_pipe(capsys):
+    """``fedsim --version``; bare ``fedsim`` prints the help (exit 0); ``fedsim keys | head``
+    ends quietly when the reader closes the pipe."""
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("fedsim ")
+    assert main([]) == 0 and "usage: fedsim" in capsys.readouterr().out
+    proc = subprocess.run(
+        f"{sys.executable} -m fedsim.cli keys experiment | head -1",
+        shell=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr and "Error" not in proc.stderr
+
+
+def test_progress_bar_counts_training_rounds():
+    from fedsim.tracking.base import RoundRecord
+    from fedsim.tracking.progress import ProgressSink
+
+    sink = ProgressSink(2)
+    sink.start(Path("."), {}, {})
+    for r in range(3):  # rounds 0, 1 train; round 2 only evaluates
+        sink.log_round(RoundRecord(r, {"acc_weighted": 0.5, "acc_mean": 0.5}))
+    task = sink.progress.tasks[0]
+    assert (task.completed, task.total) == (2, 2)
+    sink.close()

@@ -117,10 +117,26 @@ def test_every_check_is_declared_on_a_field() -> None:
 
 
 def test_keys_lists_every_experiment_key(capsys) -> None:
-    code, out, err = run_keys([], capsys)
+    code, out, err = run_keys(["experiment"], capsys)
     assert code == 0 and not err
     lines = out.splitlines()
     assert [line.split()[0] for line in lines] == [k.key for k in experiment_keys()]
+
+
+def test_bare_keys_lists_the_names_a_config_picks(capsys) -> None:
+    code, out, err = run_keys([], capsys)
+    assert code == 0 and not err
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert set(algorithm_names()) | {"fedavg_cnn", "char_lstm", "mnist-5k", "shakespeare"} <= listed
+
+
+def test_fedavg_shows_its_own_keys_and_names_fedvgs_apart(capsys) -> None:
+    code, out, _ = run_keys(["fedavg"], capsys)
+    keys = [line.split()[0] for line in out.splitlines() if line.startswith("algorithm.")]
+    assert "algorithm.server_optimizer" in keys and "algorithm.val_ratio" not in keys
+    assert out.splitlines()[-1].startswith("(with algorithm.weighting=fedvg|avg: val_ratio")
+    code, out, _ = run_keys(["fedvg"], capsys)
+    assert "algorithm.val_ratio" in out and "(with" not in out
 
 
 def test_keys_of_one_section(capsys) -> None:

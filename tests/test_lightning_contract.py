@@ -31,6 +31,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def examples_on_path(monkeypatch):
     """What ``PYTHONPATH=examples`` does for a user (the example package is not installed)."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
 TINY = ["data.num_clients=4", "data.max_samples=400", "rounds=2"]
 
 
@@ -68,6 +70,7 @@ def test_every_form_lightning_allows(kind):
     assert len(schedules) == (kind in ("tuple", "dict"))
     if kind == "dict":  # interval step, frequency 2: stepped after steps 2 and 4
         for step in range(1, 5):
+            optimizer.step()  # as in training (PyTorch warns of a scheduler stepped first)
             step_schedulers(schedules, "step", step)
         assert optimizer.param_groups[0]["lr"] == pytest.approx(0.25)
 

@@ -301,3 +301,36 @@ def test_node_removed_mid_round_changes_nothing():
     assert result["rounds_done"] == 4, result  # 3 rounds + the final evaluation
     assert result["same_as_undisturbed"], result
     assert result["max_param_diff_vs_local"] <= 1e-5, result
+
+
+@pytest.mark.slow
+def test_missing_dataset_on_ray_stops_the_early_workers(tmp_path):
+    """Ray and the worker actors start as soon as the config is valid (while the driver
+    builds the data); a dataset that is not there then stops them all: exit 2, one line,
+    nothing written, and no process of that session left 10 s later."""
+    argv = [sys.executable, "-m", "fedsim.cli", "run", "configs/quickstart.yaml",
+            "runtime.executor=ray", "runtime.workers=2", "data.name=mnist",
+            f"data.root={tmp_path / 'nothing'}", "data.download=false",
+            "--out", str(tmp_path / "run")]  # fmt: skip
+    driver = subprocess.Popen(
+        argv, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    seen: set[str] = set()
+    while driver.poll() is None:  # what the early start spawned before the check failed
+        try:
+            seen |= {p.name() for p in psutil.Process(driver.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    err = driver.stderr.read().decode()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert driver.returncode == 2 and len(lines) == 1 and "data.name='mnist'" in lines[0], err
+    assert "raylet" in seen  # Ray did start early
+    assert not (tmp_path / "run").exists() and not (tmp_path / "nothing").exists()
+    deadline = time.monotonic() + 10
+    left = [p for p in session_members(driver.pid) if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = [p for p in left if alive(p)]
+    assert [p.name() for p in left] == []

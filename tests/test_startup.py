@@ -69,7 +69,7 @@ def test_a_ray_run_writes_its_startup_timeline(ray_cluster, tmp_path):
     assert cpus_free_after(ray_cluster) == 2  # the pool's actor is gone
 
 
-def test_bad_data_on_ray_is_one_line_and_starts_no_worker(ray_cluster, tmp_path, capsys):
+def test_bad_data_on_ray_is_one_line_and_leaves_no_worker(ray_cluster, tmp_path, capsys):
     from helpers import last_wins, one_line_error
 
     argv = [

@@ -1,22 +1,31 @@
-"""``fedsim tune``: spaces and options validated before Ray; a 4-trial ASHA search end to end."""
+"""``fedsim tune``: spaces and options validated before Ray; searches end to end on the shared
+cluster: ASHA (complete trial folders, checkpoints in every report), an interrupted search
+resumed, Population Based Training, Optuna."""
 
 from __future__ import annotations
 
 import csv
 import glob
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 
 import pytest
+from helpers import untimed
 
 import ray_jobs.tune as tune_job
+from fedsim.checkpoint import Checkpoint, check_resumable
 from fedsim.cli import build_parser, main
 from fedsim.config import RuntimeConfig, config_from_dict, load_config
 from fedsim.errors import ConfigError
+from fedsim.experiment import RunInterrupted, run_experiment
 from fedsim.search.options import NAMES, given_from_args, resolve_options
 from fedsim.search.resources import trial_bundles, trial_executor_for, trial_runtime
-from fedsim.search.space import Space, parse_space, validate_search
-from fedsim.search.sweep import load_tune_config, run_tune
-from fedsim.search.trial import SweepSettings, trial_config
+from fedsim.search.space import Space, changes_mid_run, parse_space, validate_search
+from fedsim.search.sweep import load_tune_config, resume_tune, run_tune
+from fedsim.search.trial import RESTORES, SweepSettings, TuneReportSink, trial_config
 
 TINY = ["rounds=2", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local"]
 
@@ -77,7 +86,7 @@ def test_cli_wins_over_the_file_section():
     options = resolve_options(section, given)
     assert options.samples == 3 and options.mode == "max"
     assert options.search == {"client.lr": "choice(0.1)"}
-    with pytest.raises(ConfigError, match="--scheduler='hyperband': allowed: asha, fifo"):
+    with pytest.raises(ConfigError, match="--scheduler='hyperband': allowed: asha, fifo, pbt"):
         resolve_options(section, {"scheduler": "hyperband"})
     with pytest.raises(ConfigError, match="tune.sample=3: unknown key"):
         resolve_options({"sample": 3}, {"search": ["client.lr=choice(0.1)"]})
@@ -142,11 +151,26 @@ def test_trial_resources_form_one_placement_group_per_trial():
         trial_bundles(RuntimeConfig(gpus_per_worker=0.5), "ray")  # null: no pool size to book
 
 
+def run_dirs(out: Path) -> dict[str, Path]:
+    return {p.name: p for p in sorted((out / "runs").iterdir())}
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return untimed([json.loads(line) for line in lines])
+
+
+def tune_checkpoints(out: Path, trial: str) -> list[Path]:
+    """The fedsim checkpoints Tune kept of ``trial`` (ray_results/tune/<trial dir>/checkpoint_*)."""
+    return sorted((out / "ray_results" / "tune").glob(f"*{trial}*/checkpoint_*/round_*.pt"))
+
+
 @pytest.mark.slow
 def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_path):
     """lr 0.05 vs 1e-4, twice each (grid x 2 samples, 2 at a time on 2 CPUs). Round 0 is the
     same for every trial (evaluation before training); after round 1 the second 1e-4 trial
-    always meets a recorded 0.05 result at ASHA's rung and is stopped."""
+    always meets a recorded 0.05 result at ASHA's rung and is stopped. With the report plots
+    on (ASHA stops every trial at its last report: the folder must be complete by then)."""
     out = tmp_path / "tune"
     outcome = run_tune(
         "configs/quickstart.yaml",
@@ -157,7 +181,6 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
         metric="acc_weighted",
         mode="max",
         out=str(out),
-        report=False,
         quiet=True,
     )
     rows = outcome.rows
@@ -181,6 +204,274 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
         lines = (out / "runs" / row.trial / "metrics.jsonl").read_text().splitlines()
         assert json.loads(lines[0])["round"] == 0
 
+    # a completed trial leaves what `fedsim run` leaves with its values; a stopped one says so
+    base = load_config("configs/quickstart.yaml", TINY).to_dict()
+    forced = SweepSettings(out="x", forced={"checkpoint_every": 1})
+    straight = {  # ASHA may let the first 1e-4 trial finish (it met no 0.05 result yet)
+        lr: run_experiment(
+            trial_config({"client.lr": lr}, base, forced), tmp_path / f"straight_{lr}",
+            progress=False,
+        ).run_dir
+        for lr in {r.params["client.lr"] for r in rows if r.status == "completed"}
+    }  # fmt: skip
+
+    def names(folder: Path) -> set[str]:
+        return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+    for row in rows:
+        run_dir = Path(row.run_dir)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == row.status, row
+        if row.status == "completed":
+            alone = straight[row.params["client.lr"]]
+            assert names(run_dir) == names(alone)  # plots/, checkpoints/ and all
+            assert metrics(run_dir) == metrics(alone)
+            assert summary["final"]["round"] == 2
+            # Tune's checkpoints are the run's own (with their digests): rounds 1 and 2
+            kept = tune_checkpoints(out, row.trial)
+            assert [p.name for p in kept] == ["round_00001.pt", "round_00002.pt"]
+            for path in kept:
+                assert path.with_suffix(".sha256").is_file()
+                assert json.loads((path.parent / "tune.json").read_text())["trial"] == row.trial
+            mine = run_dir / "checkpoints" / "round_00002.pt"
+            assert kept[-1].read_bytes() == mine.read_bytes()
+        else:
+            assert summary["rounds_completed"] == row.rounds + 1
+    assert not (out / ".staging").exists()
+    state = json.loads((out / "search.json").read_text())  # what --resume reads
+    assert state["options"]["search"] == {"client.lr": "grid(0.05,0.0001)"}
+    with pytest.raises(ConfigError, match="already holds a search: continue it with"):
+        run_tune("configs/quickstart.yaml", TINY, search=["client.lr=choice(0.1)"], out=str(out))
+
+
+def tune_callback(round_idx: int, marker: Path):
+    """A Tune callback that interrupts the search (SIGUSR1, which Tune takes as Ctrl-C) at the
+    first report of ``round_idx``, once (``marker``: a restored experiment keeps callbacks)."""
+    from ray import tune
+
+    class Interrupt(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if result.get("round") == round_idx and not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    return Interrupt()
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_trials_from_their_checkpoints(ray_cluster, tmp_path):
+    """A search interrupted when a trial reported round 2 (Tune has registered its round-1
+    checkpoint by then) is unfinished; ``resume_tune`` continues the trial from its last
+    checkpoint (never from scratch: round 0 is reported once) and the trial ends as the
+    uninterrupted run does."""
+    out = tmp_path / "tune"
+    options = dict(search=["client.lr=grid(0.05)"], samples=1, scheduler="fifo", report=False,
+                   quiet=True)  # fmt: skip
+    first = run_tune(
+        "configs/quickstart.yaml", [*TINY, "rounds=3"], out=str(out),
+        callbacks=[tune_callback(2, tmp_path / "interrupted")], **options,
+    )  # fmt: skip
+    assert first.interrupted and [r.status for r in first.rows] == ["unfinished"]
+    assert (tmp_path / "interrupted").exists()
+
+    resumed = resume_tune(out, quiet=True)
+    assert not resumed.interrupted
+    [row] = resumed.rows
+    assert row.status == "completed" and row.rounds == 3
+    run_dir = Path(row.run_dir)
+    [restore] = [json.loads(line) for line in (run_dir / RESTORES).read_text().splitlines()]
+    assert restore["from_trial"] == row.trial and restore["round"] in (1, 2)
+    progress = sorted((out / "ray_results" / "tune").glob(f"*{row.trial}*/progress.csv"))
+    with open(progress[0]) as handle:
+        reported = [int(float(r["round"])) for r in csv.DictReader(handle)]
+    before = reported[: reported.index(2) + 1]  # reports of the interrupted search: 0, 1, 2
+    assert before == [0, 1, 2] and reported[len(before) :] == list(range(restore["round"] + 1, 4))
+
+    cfg = trial_config(
+        {"client.lr": 0.05},
+        load_config("configs/quickstart.yaml", [*TINY, "rounds=3"]).to_dict(),
+        SweepSettings(out="x", forced={"checkpoint_every": 1}),
+    )
+    straight = run_experiment(cfg, tmp_path / "straight", progress=False, report=False)
+    assert metrics(run_dir) == metrics(straight.run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_population_based_training_continues_better_trials(ray_cluster, tmp_path):
+    """lr 0.05 vs 1e-4 under PBT (an exploit step every evaluation): the 1e-4 trial falls into
+    the lower quantile and continues the 0.05 trial's checkpoint with a mutated lr; its run
+    folder then holds the other trial's rounds up to the restore, and every trial completes."""
+    out = tmp_path / "tune"
+    outcome = run_tune(
+        "configs/quickstart.yaml",
+        [*TINY, "rounds=4"],
+        search=["client.lr=grid(0.05,0.0001)"],
+        samples=1,
+        scheduler="pbt",
+        perturbation_interval=1,
+        out=str(out),
+        report=False,
+        quiet=True,
+    )
+    rows = outcome.rows
+    assert [r.status for r in rows] == ["completed", "completed"], rows
+    folders = run_dirs(out)
+    exploits = []
+    for trial, run_dir in folders.items():
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        restores = run_dir / RESTORES
+        lines = restores.read_text().splitlines() if restores.exists() else []
+        exploits += [(trial, json.loads(line)) for line in lines]
+        assert [h["round"] for h in metrics(run_dir)] == [0, 1, 2, 3, 4]
+    clones = [(trial, r) for trial, r in exploits if r["from_trial"] != trial]
+    assert clones, exploits
+    trial, restore = clones[0]
+    assert restore["values"]["client.lr"] in (0.05, 0.0001)  # PBT's mutation of the grid
+    # up to the restored round, the trial's records are the other trial's
+    cut = restore["round"]
+    donor = [h for h in metrics(folders[restore["from_trial"]]) if h["round"] < cut]
+    assert [h for h in metrics(folders[trial]) if h["round"] < cut] == donor
+
+
+@pytest.mark.slow
+def test_optuna_search_with_wandb_groups_the_trials(ray_cluster, tmp_path, monkeypatch):
+    """Optuna's TPE proposes the values; every trial's W&B run is in the search's group and
+    carries its sampled value as a top-level config key."""
+    pytest.importorskip("optuna")
+    from fedsim.tracking.wandb_offline import read_offline_run
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "tune"
+    outcome = run_tune(
+        "configs/quickstart.yaml",
+        [*TINY, "rounds=1", "tracking.wandb.enabled=true", "tracking.wandb.mode=offline"],
+        search=["client.lr=loguniform(0.001,0.1)"],
+        samples=2,
+        scheduler="fifo",
+        search_alg="optuna",
+        out=str(out),
+        report=False,
+        quiet=True,
+    )
+    assert [r.status for r in outcome.rows] == ["completed", "completed"]
+    groups = set()
+    for row in outcome.rows:
+        assert 0.001 <= row.params["client.lr"] <= 0.1
+        wb = read_offline_run(row.run_dir)
+        groups.add(wb.group)
+        assert wb.config["client_lr"] == row.params["client.lr"] == wb.config["client"]["lr"]
+        assert "tune" in wb.tags
+    [group] = groups
+    assert group.startswith("quickstart-tune-")
+    assert json.loads((out / "search.json").read_text())["wandb_group"] == group
+
+
+def test_optuna_missing_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    out = tmp_path / "tune"
+    args = ["tune", "configs/quickstart.yaml", "--search", "client.lr=choice(0.1)"]
+    assert main([*args, "--search-alg", "optuna", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "fedsim: error: --search-alg='optuna': needs Optuna, which is not installed: "
+        "pip install 'fedsim[optuna]' (or pip install optuna)\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--search-alg", "optuna", "--search", "client.epochs=grid(1,2)"],
+         "client.epochs=grid(...)': optuna chooses every value itself"),
+        (["--search-alg", "optuna", "--scheduler", "pbt"],
+         "Population Based Training chooses the values itself"),
+        (["--scheduler", "pbt", "--search", "data.num_clients=randint(5,10)"],
+         "--search='data.num_clients': Population Based Training changes searched values"),
+        (["--scheduler", "pbt", "--search", "algorithm.name=choice(fedavg,fedavgm)"],
+         "only client.*, algorithm.* (not algorithm.name) and join_ratio"),
+    ],
+)  # fmt: skip
+def test_strategies_refuse_what_they_cannot_search(extra, message, tmp_path, capsys):
+    args = ["tune", "configs/quickstart.yaml", "--search", "client.lr=choice(0.1)"]
+    assert main([*args, *extra, "--out", str(tmp_path / "tune")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "tune").exists()
+
+
+def test_resume_takes_only_a_search_folder(tmp_path, capsys):
+    assert main(["tune", "--resume", str(tmp_path)]) == 2
+    assert "holds no fedsim tune search (no readable search.json)" in capsys.readouterr().err
+    assert main(["tune", "configs/quickstart.yaml", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "continues the search as it was started; configs/quickstart.yaml cannot" in err
+    assert main(["tune", "--resume", str(tmp_path), "--samples", "3"]) == 2
+    assert "--samples cannot be given with it" in capsys.readouterr().err
+    assert main(["tune"]) == 2
+    assert "give a YAML config (or --resume DIR)" in capsys.readouterr().err
+
+
+def test_a_pbt_restore_may_change_the_searched_keys_only():
+    """A PBT exploit continues another trial's checkpoint with new values of the searched
+    keys; every other difference is still refused."""
+    base = load_config("configs/quickstart.yaml", ["client.lr=0.05"]).to_dict()
+    saved = Checkpoint(rounds_trained=2, config=base, state={}, client_states={}, records=[])
+    mutated = load_config("configs/quickstart.yaml", ["client.lr=0.06"]).to_dict()
+    check_resumable(saved, mutated, Path("round_00002.pt"), ("client.lr",))
+    with pytest.raises(ConfigError, match="differs from the checkpoint's in client; only"):
+        check_resumable(saved, mutated, Path("round_00002.pt"))
+    other = load_config("configs/quickstart.yaml", ["client.lr=0.06", "client.epochs=2"])
+    with pytest.raises(ConfigError, match=r"in client; only .*, client\.lr may change"):
+        check_resumable(saved, other.to_dict(), Path("round_00002.pt"), ("client.lr",))
+    assert changes_mid_run("client.lr") and changes_mid_run("algorithm.mu")
+    assert not changes_mid_run("algorithm.name") and not changes_mid_run("data.num_clients")
+
+
+@pytest.mark.slow
+def test_a_trial_tune_stops_closes_its_run(tmp_path, monkeypatch):
+    """Tune ends a trial by raising SystemExit inside tune.report; the trial's run then ends
+    as after Ctrl-C (the round committed whole, summary.json saying stopped, a checkpoint),
+    and the last evaluation is reported only once the run folder is complete."""
+    reports = []
+
+    def report(self, metrics, round_idx):
+        reports.append((round_idx, sorted((self.run_dir / "checkpoints").glob("*.pt"))))
+        if round_idx == 1 and self.rounds == 3:
+            raise SystemExit(0)  # what Tune's session does when it stops the trial
+
+    monkeypatch.setattr(TuneReportSink, "report", report)
+    cfg = load_config("configs/quickstart.yaml", [*TINY, "rounds=3", "checkpoint_every=1"])
+    sink = TuneReportSink("acc_weighted", tmp_path / "stopped", cfg.rounds)
+    with pytest.raises(RunInterrupted) as stop:
+        run_experiment(cfg, tmp_path / "stopped", progress=False, extra_sinks=[sink])
+    assert stop.value.signal == "stopped" and stop.value.rounds_done == 2
+    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["rounds_completed"] == 2
+    assert summary["final"]["round"] == 1
+    assert [h["round"] for h in metrics(tmp_path / "stopped")] == [0, 1]
+    assert [r for r, _ in reports] == [0, 1]
+    assert reports[1][1][-1].name == "round_00001.pt"  # the state round 1 evaluated
+
+    reports.clear()  # a trial that runs to the end: its last report comes after the plots
+    cfg = load_config("configs/quickstart.yaml", [*TINY, "checkpoint_every=1"])
+    sink = TuneReportSink("acc_weighted", tmp_path / "done", cfg.rounds)
+    run_experiment(cfg, tmp_path / "done", progress=False, extra_sinks=[sink])
+    assert [r for r, _ in reports] == [0, 1] and sink.final is not None
+    sink.report_final()
+    assert [r for r, _ in reports] == [0, 1, 2]
+    assert (tmp_path / "done" / "plots" / "accuracy_curves.png").is_file()
+
+
+def test_pbt_mutations_stay_inside_the_spaces():
+    lr = parse_space("client.lr=loguniform(0.001,0.1)")
+    assert lr.clip(0.12) == 0.1 and lr.clip(0.0005) == 0.001 and lr.clip(0.01) == 0.01
+    epochs = parse_space("client.epochs=randint(1,4)")
+    assert epochs.clip(4.4) == 3 and epochs.clip(0.6) == 1
+    assert parse_space("client.lr=choice(0.1,0.2)").mutation() == [0.1, 0.2]
+    assert parse_space("client.lr=grid(0.1,0.2)").mutation() == [0.1, 0.2]
+
 
 def test_trials_share_a_wandb_group_and_run_the_chosen_executor():
     base = load_config("configs/quickstart.yaml", ["tracking.wandb.enabled=true"]).to_dict()
@@ -188,6 +479,11 @@ def test_trials_share_a_wandb_group_and_run_the_chosen_executor():
         out="x", wandb_group="quickstart-tune-1", forced={"runtime.executor": "local"}
     )
     base["runtime"]["executor"] = "ray"
-    cfg = trial_config({"client.lr": 0.01}, base, settings)
-    assert cfg.client.lr == 0.01 and cfg.runtime.executor == "local"
+    cfg = trial_config({"client.lr": 0.01, "seed": 3}, base, settings)
+    assert cfg.client.lr == 0.01 and cfg.runtime.executor == "local" and cfg.seed == 3
     assert cfg.tracking.wandb.group == "quickstart-tune-1" and "tune" in cfg.tracking.wandb.tags
+    # the sampled values as top-level W&B config keys (seed is one already)
+    assert cfg.tracking.wandb.params == {"client_lr": 0.01}
+    plain = trial_config({"client.lr": 0.01}, load_config("configs/quickstart.yaml").to_dict(),
+                         settings)  # fmt: skip
+    assert plain.tracking.wandb.params == {} and plain.tracking.wandb.group is None

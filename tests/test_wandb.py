@@ -9,13 +9,14 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from tracking_runs import MAX_CLIENT_SERIES, tiny_runs
+from tracking_runs import GROUP, MAX_CLIENT_SERIES, tiny_runs
 
 from fedsim.config import WandbConfig, load_config
 from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
 from fedsim.tracking.wandb_offline import read_offline_run
 from fedsim.tracking.wandb_sink import WandbSink, resolve_mode
+from ray_jobs.reproduce import plan_runs
 
 
 def normalized(rows: list) -> set[tuple]:
@@ -50,22 +51,38 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
         assert row["_step"] == local["round"]
         for key, value in local.items():
             assert row[key] == pytest.approx(value, rel=1e-12), key
-        hist = row["clients/accuracy"]
+        hist = row["clients/accuracy_distribution"]
         assert hist["_type"] == "histogram" and sum(hist["values"]) == 6
-        series = sorted(k for k in row if k.startswith("client/") and k.endswith("accuracy"))
-        assert series == [f"client/{c}/accuracy" for c in range(MAX_CLIENT_SERIES)]
+        # one section for everything per client, no panel per client
+        assert not [k for k in row if k.startswith("client/")]
+        assert all(k.startswith("clients/") for k in row if k.startswith("client"))
 
     with open(run_dir / "clients.csv") as handle:
         clients = list(csv.DictReader(handle))
-    for row in clients:
-        if int(row["client"]) < MAX_CLIENT_SERIES:
-            step = wb.history[int(row["round"])]
-            assert step[f"client/{row['client']}/accuracy"] == pytest.approx(float(row["accuracy"]))
-            logged = step.get(f"client/{row['client']}/weight")
-            assert weight(logged) == weight(row["weight"])  # both absent when it did not train
+    # one multi-line chart per metric (a line per client 0..max_client_series-1), logged at
+    # rounds 1 and 2; the last one holds clients.csv's values of those clients
+    files = offline[0] / "files"
+    for metric in ("accuracy", "loss", "weight"):
+        chart = wb.charts[f"clients/{metric}"]["panel_config"]
+        assert chart["panelDefId"] == "wandb/lineseries/v0"
+        assert chart["stringSettings"]["xname"] == "round"
+        key = f"clients/{metric}_table"
+        logged = [row[key] for row in wb.history if key in row]
+        assert [t["_type"] for t in logged] == ["table-file"] * 2
+        table = json.loads((files / logged[-1]["path"]).read_text())
+        assert table["columns"] == ["step", "lineKey", "lineVal"]
+        expected = {
+            (int(r["round"]), f"client {r['client']}", round(float(r[metric]), 9))
+            for r in clients
+            if int(r["client"]) < MAX_CLIENT_SERIES and r[metric] != ""
+        }
+        assert {(x, k, round(v, 9)) for x, k, v in table["data"]} == expected
+        assert len(table["data"]) == len(expected)
+        first = json.loads((files / logged[0]["path"]).read_text())  # at round 1: rounds 0-1
+        assert {x for x, _, _ in first["data"]} <= {0, 1}
 
     # the per-client table (incremental: one file of new rows per round) holds clients.csv
-    tables = sorted((offline[0] / "files" / "media" / "table").glob("clients_*.table.json"))
+    tables = sorted((files / "media" / "table" / "clients").glob("table_*.table.json"))
     table_rows = []
     for path in tables:
         table = json.loads(path.read_text())
@@ -86,6 +103,9 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     for key, value in config.items():
         assert wb.config[key] == value, key
+    # tracking.wandb.params are top-level config keys (parallel coordinates), beside the group
+    assert wb.config["arm"] == "baseline" and wb.config["client_lr"] == 0.05
+    assert wb.group == GROUP and wb.tags == ["test"]
     assert wb.config["partition_stats"]["stats"] == partition["stats"]
 
     plots = {k for k in wb.history[-1] if k.startswith("plots/")}
@@ -163,3 +183,22 @@ def test_wandb_log_failure_mid_run_stops_logging_only(monkeypatch, tmp_path, cap
 def test_tracking_config_is_validated(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         load_config("configs/quickstart.yaml", [override])
+
+
+def test_reproduce_runs_share_a_group_and_carry_their_config_file(tmp_path):
+    """One ray_jobs.reproduce table is one W&B group; each run's config file is a top-level
+    W&B config key beside its seed (fedsim tune's trials: tests/test_tune.py)."""
+    configs = ["configs/quickstart.yaml", "configs/tune/fedavg-lr.yaml"]
+    wandb = ["tracking.wandb.enabled=true", "runtime.executor=local"]
+    specs = plan_runs(configs, [0, 1], wandb, tmp_path, "auto", "reproduce-1")
+    assert len(specs) == 4
+    for spec in specs:
+        run = spec.raw["tracking"]["wandb"]
+        assert run["group"] == "reproduce-1" and "reproduce" in run["tags"]
+        assert run["params"] == {"config_file": spec.config} and spec.raw["seed"] == spec.seed
+    named = plan_runs(configs[:1], [0], [*wandb, "tracking.wandb.group=mine"], tmp_path, "auto",
+                      "reproduce-1")  # fmt: skip
+    assert named[0].raw["tracking"]["wandb"]["group"] == "mine"  # a config's own group wins
+    plain = plan_runs(configs[:1], [0], ["runtime.executor=local"], tmp_path, "auto", "r-1")
+    assert plain[0].raw["tracking"]["wandb"]["group"] is None  # no W&B: nothing set
+    assert plain[0].raw["tracking"]["wandb"]["params"] == {}

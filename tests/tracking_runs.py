@@ -22,6 +22,7 @@ TINY = [
     "runtime.executor=local",
 ]
 MAX_CLIENT_SERIES = 3
+GROUP = "tiny-group"
 _RUNS: dict[str, Path] = {}
 
 
@@ -37,6 +38,8 @@ def tiny_runs(root: Path) -> dict[str, Path]:
             "tracking.wandb.mode=online",  # no key/network here: must fall back to offline
             f"tracking.wandb.max_client_series={MAX_CLIENT_SERIES}",
             "tracking.wandb.tags=[test]",
+            f"tracking.wandb.group={GROUP}",
+            "tracking.wandb.params={arm: baseline, client_lr: 0.05}",
         ]
         cfg = load_config("configs/quickstart.yaml", [*TINY, "name=tiny-fedavg", *wandb])
         run_experiment(cfg, root / "tiny-fedavg", progress=False)

@@ -72,6 +72,36 @@ PARAMS: dict[str, type[AlgorithmParams]] = {
     "fednova": AlgorithmParams,
 }
 BUILTIN_NAMES = tuple(PARAMS)
+# one line each, for `fedsim keys` (the algorithms' own docs are docs/algorithms.md)
+SUMMARIES = {
+    "fedavg": "FedAvg: the server takes the cohort's weighted mean (any server optimizer)",
+    "fedavgm": "FedAvgM: FedAvg with server momentum 0.9",
+    "fedprox": "FedProx: FedAvg with a proximal pull (mu/2)||w - w_global||^2 on clients",
+    "scaffold": "SCAFFOLD: control variates correct the clients' drift",
+    "feddyn": "FedDyn: a dynamic regularizer aligns local and global optima",
+    "ditto": "Ditto: a personal model pulled towards the global FedAvg model",
+    "fedvg": "FedVG: FedAvg weighted by inverse validation-gradient norms",
+    "local": "Local-only: every client trains alone, no communication",
+    "cwfedavg": "cwFedAvg (+ WDR): class-wise models mixed per client by its class weights",
+    "fedper": "FedPer: shared base, personal top layers",
+    "fedamp": "FedAMP: attentive message passing between similar clients",
+    "fedfomo": "FedFomo: each client mixes the peers that help its validation loss",
+    "ifca": "IFCA: clients pick the cluster model with the lowest loss",
+    "fc": "FC (CFL): clusters split when client updates disagree",
+    "feddisco": "FedDisco: weights from sample counts and label-distribution discrepancy",
+    "oracle": "Oracle: FedAvg within each true cluster (needs a clustered partition)",
+    "spcacw": "SP-CACW: a target weights its peers' gradients by estimated bias and variance",
+    "fedrep": "FedRep: shared body, personal head; head epochs, then body epochs",
+    "lgfedavg": "LG-FedAvg: local body, shared top layers (the mirror of FedPer)",
+    "fedbn": "FedBN: FedAvg that keeps every BatchNorm layer local (needs a BN model)",
+    "fedbabu": "FedBABU: body under a frozen random head; fine-tuned before evaluation",
+    "fedrod": "FedRoD: generic head on balanced softmax + a personal head",
+    "apfl": "APFL: a learned mixture of a personal and the global model",
+    "pfedme": "pFedMe: Moreau-envelope personal models, K inner steps per batch",
+    "perfedavg": "Per-FedAvg: MAML-style FedAvg, one adaptation step before evaluation",
+    "moon": "MOON: FedAvg with a model-contrastive loss (global vs previous model)",
+    "fednova": "FedNova: normalized averaging for unequal local steps",
+}
 ALGORITHM_BASE = "fedsim.algorithms.base.Algorithm"  # checked by name: no torch imported here
 
 

@@ -7,6 +7,7 @@ Every member averages what its clients upload with weights from ``algorithm.weig
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ WEIGHTINGS = ("samples", "uniform", "fedvg", "avg")
 NORMS = ("1", "2", "spectral")
 GRANULARITIES = ("model", "layer", "block")
 PENALTIES = ("norm", "squared")
+SCORES = "with algorithm.weighting=fedvg|avg (FedVG's validation set and scores)"
+VALIDATION_ONLY = ("val_ratio",)  # acts with val_holdout=true too
 SERVER_OPTIMIZERS = ("sgd", "adagrad", "yogi", "adam")
 ADAPTIVE_DEFAULTS = {"beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
 
@@ -38,37 +41,41 @@ class WeightingParams(AlgorithmParams):
     weighting: str = checked(  # samples | uniform | fedvg | avg
         "samples", lambda v: v in WEIGHTINGS, f"allowed: {', '.join(WEIGHTINGS)}"
     )
-    val_ratio: float = checked(  # FedVG: share of each client's train split held out for the server
-        0.1, lambda v: 0 < v < 1, "must be in (0, 1)"
-    )
+    # FedVG: share of each client's train split held out for the server
+    val_ratio: float = checked(0.1, lambda v: 0 < v < 1, "must be in (0, 1)", group=SCORES)
     # hold val_ratio out of every client even when the weighting needs no scores, so that
     # samples/uniform runs train on exactly FedVG's data (FL-bench gives every method the
     # same train/val split). null: only when the weighting needs the validation set
-    val_holdout: bool | None = None
+    val_holdout: bool | None = checked(
+        None, lambda v: v is None or isinstance(v, bool), "true, false or null", group=SCORES
+    )
     val_dataset: str | None = checked(  # FedVG: validate on this dataset instead (server-only)
         None,
         lambda v: v is None or v in DATASET_NAMES,
         f"allowed: {', '.join(DATASET_NAMES)} (null: hold out val_ratio of every client)",
+        group=SCORES,
     )
     val_imbalance: float | None = checked(  # FedVG: rho in (0, 1]; class c keeps a share rho^c
-        None, lambda v: v is None or 0 < v <= 1, "must be in (0, 1] (null: none)"
+        None, lambda v: v is None or 0 < v <= 1, "must be in (0, 1] (null: none)", group=SCORES
     )
     val_samples: int | None = checked(  # FedVG: at most this many validation samples
-        None, lambda v: v is None or v >= 1, "must be >= 1 (or null)"
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null)", group=SCORES
     )
-    norm: Any = checked(  # FedVG: 1 | 2 | spectral (Any: YAML reads 1 as an int, spectral as a str)
-        1, lambda v: norm_name(v) in NORMS, "allowed: 1, 2, spectral"
-    )
+    # FedVG: 1 | 2 | spectral (Any: YAML reads 1 as an int, spectral as a str)
+    norm: Any = checked(1, lambda v: norm_name(v) in NORMS, "allowed: 1, 2, spectral", group=SCORES)
     granularity: str = checked(  # FedVG: model | layer | block
-        "model", lambda v: v in GRANULARITIES, f"allowed: {', '.join(GRANULARITIES)}"
+        "model", lambda v: v in GRANULARITIES, f"allowed: {', '.join(GRANULARITIES)}", group=SCORES
     )
     score_batch_size: int = checked(  # FedVG: validation batch (official 32; BatchNorm cares)
-        32, lambda v: v >= 1, "must be >= 1"
+        32, lambda v: v >= 1, "must be >= 1", group=SCORES
     )
-    eps: float = checked(1e-8, lambda v: v > 0, "must be > 0")  # FedVG: w ~ 1 / (s + eps)
+    eps: float = checked(  # FedVG: w ~ 1 / (s + eps)
+        1e-8, lambda v: v > 0, "must be > 0", group=SCORES
+    )
 
     def __post_init__(self) -> None:
         self.norm = norm_name(self.norm)
+        self._refuse_unused_scoring_keys()
         if self.val_holdout is False and self.uses_scores and self.val_dataset is None:
             raise ConfigError(
                 "algorithm.val_holdout",
@@ -82,6 +89,25 @@ class WeightingParams(AlgorithmParams):
                 True,
                 "nothing is held out when algorithm.val_dataset is set; leave it null",
             )
+
+    def _refuse_unused_scoring_keys(self) -> None:
+        """A validation or score key set where no validation set is built acts on nothing."""
+        if self.uses_scores:
+            return
+        for f in dataclasses.fields(WeightingParams):
+            if f.name in ("weighting", "val_holdout"):
+                continue
+            if self.val_holdout and f.name in VALIDATION_ONLY:
+                continue
+            value = getattr(self, f.name)
+            default = norm_name(f.default) if f.name == "norm" else f.default
+            if value != default:
+                raise ConfigError(
+                    f"algorithm.{f.name}",
+                    value,
+                    "acts only with algorithm.weighting=fedvg|avg (or val_holdout=true for "
+                    f"val_ratio), and this run has algorithm.weighting={self.weighting!r}",
+                )
 
     @property
     def uses_scores(self) -> bool:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.algorithm_params import params_class
-from fedsim.checks import field_check
+from fedsim.checks import field_check, field_group
+from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.sections import AlgorithmConfig
-from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
 from fedsim.errors import ConfigError
 
 
@@ -65,6 +65,18 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     return value
 
 
+def unknown_key(cls: type, also_allowed: tuple[str, ...] = ()) -> str:
+    """What an unknown key's error lists: the section's own keys, then each group's apart."""
+    groups: dict[str, list[str]] = {}
+    for f in dataclasses.fields(cls):
+        groups.setdefault(field_group(cls, f.name), []).append(f.name)
+    own = sorted([*groups.pop("", []), *also_allowed])
+    text = f"unknown key (allowed: {', '.join(own)}"
+    for group, names in groups.items():
+        text += f"; {group.split(' (')[0]}: {', '.join(sorted(names))}"
+    return text + ")"
+
+
 def build_dataclass(
     cls: type, raw: dict[str, Any], prefix: str = "", also_allowed: tuple[str, ...] = ()
 ) -> Any:
@@ -75,8 +87,7 @@ def build_dataclass(
     fields = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            allowed = ", ".join(sorted(fields | set(also_allowed)))
-            raise ConfigError(f"{prefix}{key}", raw[key], f"unknown key (allowed: {allowed})")
+            raise ConfigError(f"{prefix}{key}", raw[key], unknown_key(cls, also_allowed))
     kwargs = {}
     for name in fields:
         if name not in raw:
@@ -118,6 +129,6 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML file (or start from defaults), apply overrides, validate."""
-    raw = {} if path is None else read_yaml_mapping(path)
-    return config_from_dict(apply_overrides(raw, overrides or []))
+    """Read a YAML file (with its ``base`` configs; or start from defaults), apply overrides,
+    resolve ``${...}``, validate (``compose.py``)."""
+    return config_from_dict(load_raw(path, overrides))

@@ -91,7 +91,7 @@ DEPENDENT: list[Rule] = [
     ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
     *[
         (f"tracking.wandb.{key}", "tracking.wandb.enabled", lambda v: v is True, "true")
-        for key in ("project", "entity", "group", "tags", "mode", "max_client_series")
+        for key in ("project", "entity", "group", "tags", "mode", "max_client_series", "params")
     ],
 ]
 

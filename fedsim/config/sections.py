@@ -214,6 +214,15 @@ class AlgorithmConfig:
     params: Any = None  # the algorithm's Params dataclass, filled by ``load_config``
 
 
+def _wandb_params(value: Any) -> bool:
+    """``tracking.wandb.params``: names (no dots: W&B shows nested config with dots) to
+    plain values, so each is one column of W&B's runs table and parallel coordinates."""
+    plain = (str, int, float, bool, type(None))
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and k and "." not in k and isinstance(v, plain) for k, v in value.items()
+    )
+
+
 @dataclass
 class WandbConfig:
     """``tracking.wandb``: Weights & Biases logging (fedsim/tracking/wandb_sink.py)."""
@@ -234,8 +243,13 @@ class WandbConfig:
         lambda v: v in ("online", "offline", "disabled"),
         "allowed: online, offline, disabled",
     )
-    max_client_series: int = checked(  # per-client accuracy curves for clients 0..N-1
+    max_client_series: int = checked(  # clients 0..N-1 drawn in the per-client charts
         20, lambda v: v >= 0, "must be >= 0"
+    )
+    params: dict[str, Any] = checked(  # top-level W&B config keys: a search's sampled values
+        predicate=_wandb_params,
+        allowed="must map names without '.' to a string, number, true/false or null",
+        factory=dict,
     )
 
 

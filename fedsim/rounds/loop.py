@@ -3,7 +3,9 @@
 Per round: plan it (the cohort sampled from ``(seed, round)``, who is evaluated), ask the
 round kind for its work, then commit it whole with Ctrl-C / SIGTERM held back (client
 states stored, the aggregate made, the record logged to every sink, a checkpoint written
-every ``checkpoint_every`` rounds), and at the end hand every sink the run's summary. The
+every ``checkpoint_every`` rounds), and at the end hand every sink the run's summary. A sink
+may end the run by raising ``Stopped`` (a Tune trial its scheduler stopped): it takes effect
+once the round is committed, like Ctrl-C, and the summary says ``stopped``. The
 loop never asks which kind it runs.
 
 Evaluation follows PFLlib: in an evaluation round every client evaluates the model it
@@ -26,7 +28,7 @@ from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.interrupts import Interruption, Terminated, deferred_interrupt, stop_signals
+from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
 from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
@@ -92,9 +94,10 @@ class RoundLoop:
                     with deferred_interrupt():  # commit the round whole, or not at all
                         run.commit(plan, work, began)
             except KeyboardInterrupt as stop:
-                signal = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
-                self.interrupted = Interruption(run.done, run.checkpoint_on_stop(), signal)
-                self.finish(run.sinks, run.history, "interrupted", run.done)
+                reason = stop_reason(stop)
+                self.interrupted = Interruption(run.done, run.checkpoint_on_stop(), reason)
+                status = "stopped" if reason == "stopped" else "interrupted"
+                self.finish(run.sinks, run.history, status, run.done)
                 raise
         summary = self.finish(run.sinks, run.history, "completed", run.done)
         return RunResult(summary, run.history, run.state, client_store=run.store)
@@ -174,8 +177,12 @@ class _Progress:
             self.state = loop.kind.commit(plan, work, self.state, self.store)
         record = loop.record(plan, work, failed, diverged, began)
         self.history.append({"round": plan.round, **record.summary})
+        stopped: Stopped | None = None
         for sink in self.sinks:
-            sink.log_round(record)
+            try:
+                sink.log_round(record)
+            except Stopped as stop:  # raised once the round is committed whole, as Ctrl-C is
+                stopped = stop
         if diverged:
             loop.finish(self.sinks, self.history, "diverged", self.done)
             raise divergence_error(
@@ -187,6 +194,8 @@ class _Progress:
             self.records.append(record)
             if plan.training and (self.done % cfg.checkpoint_every == 0 or self.done == cfg.rounds):
                 self.checkpoint()
+        if stopped is not None:
+            raise stopped
 
     def checkpoint(self) -> Path:
         assert self.checkpoints is not None

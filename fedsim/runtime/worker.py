@@ -106,6 +106,7 @@ class ClientResult:
     upload_bytes: int = 0  # what the client sent (the algorithm's protocol, not our transport)
     weights: dict[str, float] = field(default_factory=dict)  # its weight in each weighted sum
     upload: UploadReport | None = None  # what the deployment client stages did
+    sum_seconds: float = 0.0  # adding its update into the worker's weighted sums
     logged: dict[str, float] = field(default_factory=dict)  # the module's self.log, per name
 
 
@@ -116,6 +117,7 @@ class WorkerResult:
     outputs: list[TaskOutput] = field(default_factory=list)  # of GradientTasks
     train_seconds: float = 0.0
     compute_seconds: float = 0.0  # training + evaluation + gradients: the model's own work
+    sum_seconds: float = 0.0  # adding the clients' updates into the float64 partial sums
     busy_seconds: float = 0.0
     first_done_at: float = 0.0  # time.time() when its first task was done (start-up timeline)
 
@@ -148,6 +150,7 @@ class ClientWorker:
                 result.clients.append(client_result)
                 result.train_seconds += client_result.train_seconds
                 result.compute_seconds += client_result.train_seconds + client_result.eval_seconds
+                result.sum_seconds += client_result.sum_seconds
                 if not result.first_done_at and client_result.train_loss is not None:
                     result.first_done_at = time.time()
                 continue
@@ -281,9 +284,11 @@ class ClientWorker:
                 return out
         if out.upload is not None and task.upload is not None and task.upload.individual:
             out.upload.sums, sums = dict(update.sums), {}  # the server needs it on its own
+        began = time.perf_counter()
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
             out.weights[key] = float(weight)
+        out.sum_seconds = time.perf_counter() - began
         out.state, out.individual = update.state, update.individual
         out.upload_bytes = upload_nbytes(self.algorithm.upload_nbytes(update), out.upload)
         return out

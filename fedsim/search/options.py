@@ -20,6 +20,8 @@ from fedsim.metrics import SUMMARY_KEYS
 from fedsim.search.resources import TRIAL_EXECUTORS
 
 METRICS = (*SUMMARY_KEYS, "train_loss")
+SCHEDULERS = ("asha", "fifo", "pbt")
+SEARCH_ALGS = ("random", "optuna")
 AT_LEAST_1 = (lambda v: v >= 1, "must be >= 1")
 NONE_OR_AT_LEAST_1 = (lambda v: v is None or v >= 1, "must be >= 1 (or null: no limit)")
 ABOVE_1 = (lambda v: v > 1, "must be > 1")
@@ -46,7 +48,17 @@ class TuneOptions:
         metadata={"help": "KEY=SPACE, e.g. client.lr='loguniform(1e-3,0.1)' (repeatable)"},
     )
     samples: int = option(8, "trials (grid: repeats of the grid)", check=AT_LEAST_1)
-    scheduler: str = option("asha", "asha stops bad trials early", ("asha", "fifo"))
+    scheduler: str = option(
+        "asha",
+        "asha stops bad trials early; pbt (Population Based Training) restarts bad trials "
+        "from better ones' checkpoints with mutated searched values",
+        SCHEDULERS,
+    )
+    search_alg: str = option(
+        "random",
+        "random: Tune's sampling (grid() expanded); optuna: TPE (pip install 'fedsim[optuna]')",
+        SEARCH_ALGS,
+    )
     metric: str = option("acc_weighted", "what trials are ranked by", METRICS)
     mode: str = option("max", "maximize or minimize the metric", ("max", "min"))
     grace_period: int = option(
@@ -54,6 +66,9 @@ class TuneOptions:
     )
     reduction_factor: float = option(
         2.0, "ASHA: keep the best 1/reduction_factor at each rung", check=ABOVE_1
+    )
+    perturbation_interval: int = option(
+        2, "PBT: evaluations between a trial's exploit/explore steps", check=AT_LEAST_1
     )
     max_concurrent: int | None = option(
         None, "trials at once (null: as many as fit)", check=NONE_OR_AT_LEAST_1
@@ -77,8 +92,16 @@ def flag(name: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``fedsim tune`` arguments: the config, overrides and one flag per TuneOptions field."""
-    parser.add_argument("config", help="YAML experiment config (may hold a tune: section)")
+    parser.add_argument(
+        "config", nargs="?", help="YAML experiment config (may hold a tune: section)"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rounds=20")
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted search in DIR (its --out) as it was started; "
+        "only --address and --quiet may be given with it",
+    )
     hints = typing.get_type_hints(TuneOptions)
     for f in dataclasses.fields(TuneOptions):
         help_text = f"{f.metadata['help']}"

@@ -37,8 +37,8 @@ def finite(value: Any) -> bool:
 def collect_rows(
     results: Any, cfg: ExperimentConfig, out: str | Path, metric: str, mode: str
 ) -> list[TrialRow]:
-    """Per trial: sampled values, completed/stopped/error, rounds trained, best and final;
-    best first."""
+    """Per trial: sampled values, completed / stopped (by the scheduler) / unfinished (the
+    search was interrupted) / error, rounds reached, best and final; best first."""
     rows = []
     sign = 1 if mode == "max" else -1
     for result in results:
@@ -55,8 +55,10 @@ def collect_rows(
             rounds, best_value, best_round, final = 0, math.nan, -1, math.nan
         if result.error is not None:
             status = "error"
-        else:
-            status = "completed" if rounds >= cfg.rounds else "stopped"
+        elif rounds >= cfg.rounds:
+            status = "completed"
+        else:  # Tune ended it (done), or the search was interrupted before it could
+            status = "stopped" if (result.metrics or {}).get("done") else "unfinished"
         rows.append(
             TrialRow(
                 trial=str(trial_id),
@@ -71,6 +73,35 @@ def collect_rows(
         )
     rows.sort(key=lambda r: (not finite(r.best), -sign * r.best if finite(r.best) else 0))
     return rows
+
+
+def close_stopped_runs(rows: list[TrialRow]) -> list[Path]:
+    """summary.json (``status: stopped``) for stopped trials whose own run could not write it.
+
+    A trial Tune stops closes its run itself (``Stopped``), but when Tune ends the trial's
+    actor rather than reusing it, the run's thread can be cut short. Its metrics.jsonl holds
+    every reported round; the summary is computed from it as the run would have.
+    """
+    from fedsim.deployment.driver import privacy_summary
+    from fedsim.metrics import best_and_final
+
+    written = []
+    for row in rows:
+        run_dir = Path(row.run_dir)
+        metrics, summary = run_dir / "metrics.jsonl", run_dir / "summary.json"
+        if row.status != "stopped" or summary.exists() or not metrics.is_file():
+            continue
+        history = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+        if not history:
+            continue
+        out: dict[str, Any] = {**best_and_final(history), "status": "stopped"}
+        privacy = privacy_summary(history)
+        if privacy is not None:
+            out["privacy"] = privacy
+        out["rounds_completed"] = int(history[-1]["round"]) + 1  # its last round committed
+        summary.write_text(json.dumps(out, indent=2))
+        written.append(summary)
+    return written
 
 
 def write_trials_csv(path: Path, rows: list[TrialRow], keys: list[str], metric: str) -> Path:

@@ -47,6 +47,21 @@ class Space:
             return tune.choice(list(self.args))
         return tune.grid_search(list(self.args))
 
+    def mutation(self) -> Any:
+        """What Population Based Training mutates from (its ``hyperparam_mutations``): a list
+        of the values of ``choice``/``grid`` (PBT shifts to a neighbour or resamples), else
+        the Tune domain (resampled, or the value times 0.8 or 1.2: ``clip`` keeps it inside)."""
+        return list(self.args) if self.kind in ("choice", "grid") else self.to_tune()
+
+    def clip(self, value: Any) -> Any:
+        """``value`` inside the space (PBT's x0.8 / x1.2 can step out of a range)."""
+        if self.kind in ("choice", "grid"):
+            return value
+        low, high = self.args
+        if self.kind == "randint":
+            return int(min(max(round(value), low), high - 1))
+        return float(min(max(value, low), high))
+
     def extremes(self) -> list[Any]:
         """Values that bound the space (checked against the config before any trial)."""
         if self.kind in ("choice", "grid"):
@@ -78,6 +93,16 @@ def parse_space(text: str) -> Space:
     elif not args:
         raise ConfigError("--search", text, f"{kind} needs at least one value")
     return Space(key=key.strip(), kind=kind, args=tuple(args))
+
+
+def changes_mid_run(key: str) -> bool:
+    """Whether a run may continue from a checkpoint with ``key`` changed (what a Population
+    Based Training exploit does): the clients' training (``client.*``), the algorithm's own
+    keys (not ``algorithm.name``) and ``join_ratio``. The data, the model, the deployment
+    options and the round structure are what a checkpoint was made of: they stay."""
+    if key == "join_ratio" or key.startswith("client."):
+        return True
+    return key.startswith("algorithm.") and key != "algorithm.name"
 
 
 def with_values(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from fedsim.tracking.base import RoundRecord, Sink
 
 
 class ProgressSink(Sink):
-    """rich progress bar: rounds done, elapsed/remaining time, last evaluated accuracy."""
+    """rich progress bar: training rounds done out of ``rounds``, elapsed/remaining time, the
+    last evaluated accuracy."""
 
     def __init__(self, total_rounds: int, description: str = "rounds") -> None:
         self.total, self.description = total_rounds, description
@@ -33,7 +34,7 @@ class ProgressSink(Sink):
             TimeElapsedColumn(),
             TimeRemainingColumn(),
         )
-        self.task = self.progress.add_task(self.description, total=self.total + 1, acc="")
+        self.task = self.progress.add_task(self.description, total=self.total, acc="")
         self.progress.start()
 
     def log_round(self, record: RoundRecord) -> None:
@@ -44,7 +45,8 @@ class ProgressSink(Sink):
             fields["acc"] = f"acc {s['acc_weighted']:.4f} (mean {s['acc_mean']:.4f})"
         for warning in record.summary.get("warnings", []):
             self.progress.console.print(f"[yellow]round {record.round}: warning: {warning}")
-        self.progress.update(self.task, advance=1, **fields)
+        # the final, evaluation-only round (round == rounds) trains nothing: no step
+        self.progress.update(self.task, advance=int(record.round < self.total), **fields)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -1,4 +1,4 @@
-"""Read an offline W&B run (``.wandb`` file) back: config, history rows, summary.
+"""Read an offline W&B run (``.wandb`` file) back: config, history rows, summary, charts.
 
 So tests and users can check what a run will upload before ``wandb sync``. The file is W&B's
 record log: 32 KiB blocks of CRC-checked records holding protobuf messages.
@@ -20,12 +20,16 @@ _RECORD = struct.Struct("<IHB")  # crc32, length, type (FULL=1 FIRST=2 MIDDLE=3 
 
 @dataclass
 class OfflineRun:
-    """What an offline ``.wandb`` file holds: config, history rows (by step), summary."""
+    """What an offline ``.wandb`` file holds: config, history rows (by step), summary, the
+    custom charts' panel specs by key (``wandb.plot.line_series`` and the like), group, tags."""
 
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    charts: dict[str, Any] = field(default_factory=dict)
+    group: str = ""
+    tags: list[str] = field(default_factory=list)
 
 
 def find_wandb_file(path: str | Path) -> Path:
@@ -89,6 +93,8 @@ def read_offline_run(path: str | Path) -> OfflineRun:
     steps: dict[int, dict[str, Any]] = {}
     for record in iter_records(wandb_file):
         kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out.group, out.tags = record.run.run_group, list(record.run.tags)
         if kind in ("run", "config"):
             items = record.run.config.update if kind == "run" else record.config.update
             for item in items:
@@ -103,5 +109,5 @@ def read_offline_run(path: str | Path) -> OfflineRun:
             for item in record.summary.update:
                 _set_nested(out.summary, _item_keys(item), json.loads(item.value_json))
     out.history = [steps[s] for s in sorted(steps)]
-    out.config.pop("_wandb", None)
+    out.charts = (out.config.pop("_wandb", None) or {}).get("visualize", {})
     return out

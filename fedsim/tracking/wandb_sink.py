@@ -1,4 +1,12 @@
-"""Weights & Biases sink: per-round summaries, per-client accuracy, config, partition, plots.
+"""Weights & Biases sink: per-round summaries, per-client charts, config, partition, plots.
+
+Everything about clients is one section, ``clients/``: ``clients/accuracy``, ``clients/loss``
+and ``clients/weight`` are one multi-line chart each (``wandb.plot.line_series``: a line per
+client, clients ``0..max_client_series-1``), ``clients/accuracy_distribution`` a histogram per
+round and ``clients/table`` every evaluated client's row (clients.csv). A chart is a table plus
+its panel spec, so it works offline and syncs with the run; it is logged again at rounds 1, 2,
+4, 8... and at the end, so a running run shows it and all its tables together hold at most
+twice the final one's rows.
 
 The W&B run lives in ``<run_dir>/wandb/``. ``mode: online`` falls back to offline when there
 is no API key or the W&B host cannot be reached, and says how to ``wandb sync`` later.
@@ -25,6 +33,8 @@ from fedsim.tracking.base import RoundRecord, Sink
 
 DEFAULT_HOST = "https://api.wandb.ai"
 CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes", "weight"]
+SECTION = "clients"  # every per-client panel: clients/accuracy, clients/loss, ...
+CLIENT_CHARTS = ("accuracy", "loss", "weight")  # one multi-line chart each
 
 
 def _warn(message: str) -> None:
@@ -91,6 +101,9 @@ class WandbSink(Sink):
         self._rows: list[list[Any]] = []
         self._finished = False
         self._last_step = 0
+        # per-client series of the charts: metric -> client -> [(round, value)]
+        self._series: dict[str, dict[int, list[tuple[int, float]]]] = {m: {} for m in CLIENT_CHARTS}
+        self._charted = -1  # the round the charts were last logged at
 
     # --- guarded calls ---
     def _guard(self, what: str, fn: Any, *args: Any) -> None:
@@ -141,7 +154,9 @@ class WandbSink(Sink):
     def _init(self, config: dict[str, Any], partition: dict[str, Any]) -> Any:
         wandb = self._wandb
         (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
-        run_config = dict(config)
+        # tracking.wandb.params (a search's sampled values) as top-level keys beside the
+        # config's own sections, for W&B's runs table and parallel coordinates
+        run_config = {**self.cfg.params, **config}
         run_config["partition_stats"] = {
             k: partition.get(k) for k in ("dataset", "num_clients", "num_classes", "partition")
         } | {"stats": partition.get("stats", {})}
@@ -195,15 +210,37 @@ class WandbSink(Sink):
         ]
         if rows:
             accuracies = [r[2] for r in rows]
-            data["clients/accuracy"] = wandb.Histogram(accuracies, num_bins=min(64, len(rows)))
+            data[f"{SECTION}/accuracy_distribution"] = wandb.Histogram(
+                accuracies, num_bins=min(64, len(rows))
+            )
             for c in record.clients:
                 if c.client < self.cfg.max_client_series:
-                    data[f"client/{c.client}/accuracy"] = c.accuracy
-                    if c.weight is not None:
-                        data[f"client/{c.client}/weight"] = c.weight
+                    values = {"accuracy": c.accuracy, "loss": c.loss, "weight": c.weight}
+                    for metric, value in values.items():
+                        if value is not None:
+                            series = self._series[metric].setdefault(c.client, [])
+                            series.append((record.round, float(value)))
             self._add_rows(rows, data)
+        if record.round > 0 and record.round & (record.round - 1) == 0:  # 1, 2, 4, 8...
+            self._add_charts(data, record.round)
         self.run.log(data, step=record.round)
         self._last_step = record.round
+
+    def _add_charts(self, data: dict[str, Any], round_idx: int) -> None:
+        """One multi-line chart per CLIENT_CHARTS metric: a line per client, x = round."""
+        wandb = self._wandb
+        for metric, by_client in self._series.items():
+            clients = sorted(by_client)
+            if not clients:
+                continue
+            data[f"{SECTION}/{metric}"] = wandb.plot.line_series(
+                xs=[[r for r, _ in by_client[c]] for c in clients],
+                ys=[[v for _, v in by_client[c]] for c in clients],
+                keys=[f"client {c}" for c in clients],
+                title=f"{metric} per client",
+                xname="round",
+            )
+        self._charted = round_idx
 
     def _add_rows(self, rows: list[list[Any]], data: dict[str, Any]) -> None:
         """Incremental table (only new rows each round) where wandb has it, else one at the end."""
@@ -217,7 +254,7 @@ class WandbSink(Sink):
         if self._incremental:
             for row in rows:
                 self._table.add_data(*row)
-            data["clients"] = self._table
+            data[f"{SECTION}/table"] = self._table
         else:
             self._rows.extend(rows)
 
@@ -235,7 +272,9 @@ class WandbSink(Sink):
         wandb = self._wandb
         data: dict[str, Any] = {}
         if self._rows:  # no incremental tables in this wandb: every row in one table
-            data["clients"] = wandb.Table(columns=CLIENT_TABLE_COLUMNS, data=self._rows)
+            data[f"{SECTION}/table"] = wandb.Table(columns=CLIENT_TABLE_COLUMNS, data=self._rows)
+        if self._charted != self._last_step:  # the charts with every round, also of a stopped run
+            self._add_charts(data, self._last_step)
         if self._finished:
             for path in sorted((self.run_dir / "plots").glob("*.png")):
                 data[f"plots/{path.stem}"] = wandb.Image(str(path))
@@ -243,7 +282,8 @@ class WandbSink(Sink):
             self.run.log(data, step=self._last_step)
 
     def close(self) -> None:
-        """Plots (when the run finished), finish the W&B run, stop wandb's service process."""
+        """The charts, plots (when the run finished); finish the W&B run; stop wandb's service
+        process."""
         if self._wandb is None:  # never imported: nothing started
             return
         self._guard("plots", self._log_leftovers)
