@@ -36,6 +36,25 @@ ROWS = {
     "ditto": "Ditto (mu 0.1)",
     "fedamp": "FedAMP (differentiable pull)",
     "fedfomo": "FedFomo (M=5)",
+    # the PFLlib-fidelity rows (mnist5k configs only: benchmarks/results/personalization.md)
+    "fedrep": "FedRep (1 head epoch)",
+    "lgfedavg": "LG-FedAvg (output layer global)",
+    "fedbabu": "FedBABU, no fine-tune (body + random head)",
+    "fedbabu-ft": "FedBABU, 10 fine-tune epochs (eval rounds 0, 20)",
+    "fedrod": "FedRoD (balanced softmax + personal head)",
+    "apfl": "APFL (PFLlib's update)",
+    "apfl-paper": "APFL (the paper's update)",
+    "pfedme": "pFedMe (beta 1, personal models evaluated)",
+    "pfedme-bt1-global": "pFedMe (beta 1, global model evaluated)",
+    "perfedavg": "Per-FedAvg (FO, 2 epochs)",
+    "moon": "MOON (mu 1, tau 0.5)",
+    "moon-mu1": "MOON (mu 1, tau 1)",
+    "moon-mu0": "MOON (mu 0: FedAvg)",
+    "fedbn": "FedBN (fedavg_cnn_bn)",
+    "fedavg-bn": "FedAvg (fedavg_cnn_bn)",
+    "fednova": "FedNova (1 epoch each)",
+    "fednova-unequal": "FedNova (1 + k mod 4 epochs)",
+    "fedavg-unequal": "FedAvg (1 + k mod 4 epochs)",
 }
 PARTITIONS = {"pat": "pathological, 2 classes/client", "dir": "practical, Dir(0.1)"}
 
@@ -47,7 +66,9 @@ def config_path(dataset: str, partition: str, row: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="fmnist", help="config prefix: fmnist, cifar10")
+    parser.add_argument(
+        "--dataset", default="fmnist", help="config prefix: fmnist, cifar10, mnist5k"
+    )
     parser.add_argument("--partitions", nargs="+", default=list(PARTITIONS), choices=PARTITIONS)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

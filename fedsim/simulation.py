@@ -111,7 +111,20 @@ def federation_info(
             epochs if cycle is None else cycle[k % len(cycle)] for k in range(data.num_clients)
         ],  # fmt: skip
         batch_size=batch_size,
+        buffer_names=[n for n, b in module.named_buffers() if b.is_floating_point()],
+        batchnorm_names=batchnorm_names(module),
     )
+
+
+def batchnorm_names(module: Any) -> list[str]:
+    """The parameters and float buffers of every BatchNorm layer of ``module``."""
+    names = []
+    for prefix, layer in module.named_modules():
+        if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm):
+            own = [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
+            dot = f"{prefix}." if prefix else ""
+            names += [dot + n for n, t in own if t.is_floating_point()]
+    return names
 
 
 def runs_on_cuda(cfg: ExperimentConfig) -> bool:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 MODELS: dict[str, str] = {
     "fedavg_cnn": "lightning_modules.cnn:FedAvgCNN",
+    "fedavg_cnn_bn": "lightning_modules.cnn:FedAvgCNNBN",
     "resnet18": "lightning_modules.resnet:ResNet18",
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
     "mlp": "lightning_modules.mlp:MLP",

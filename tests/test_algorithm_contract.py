@@ -68,6 +68,8 @@ REQUIRED = {
     # splits from round 0 with thresholds every update passes, so the contract covers a split
     "fc": ["algorithm.split_after=0", "algorithm.eps1=1e9", "algorithm.eps2=1e-9"],
     "ifca": ["algorithm.clusters=2"],
+    # keeps BatchNorm layers local: a model that has them
+    "fedbn": ["model.name=fedavg_cnn_bn"],
 }
 
 

@@ -47,7 +47,7 @@ FEATURES: dict[str, list[str]] = {
     "trim-alone": ["aggregation.trim=0.2"],
     "ray": ["runtime.executor=ray"],
 }
-REQUIRED = {"fedprox": ["algorithm.mu=0.01"]}
+REQUIRED = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"]}
 ALGORITHMS = {
     f"alg-{name}": [f"algorithm.name={name}", *REQUIRED.get(name, [])] for name in BUILTIN_NAMES
 }

@@ -12,6 +12,15 @@ from __future__ import annotations
 import dataclasses
 
 from fedsim.algorithm_params.base import AlgorithmParams
+from fedsim.algorithm_params.baselines import (
+    APFLParams,
+    FedBABUParams,
+    FedRepParams,
+    LGFedAvgParams,
+    MOONParams,
+    PerFedAvgParams,
+    PFedMeParams,
+)
 from fedsim.algorithm_params.clustered import FCParams, FedDiscoParams, IFCAParams
 from fedsim.algorithm_params.fedavg_family import (
     DittoParams,
@@ -51,6 +60,16 @@ PARAMS: dict[str, type[AlgorithmParams]] = {
     "feddisco": FedDiscoParams,
     "oracle": AlgorithmParams,
     "spcacw": SPCACWParams,
+    "fedrep": FedRepParams,
+    "fedbn": AlgorithmParams,
+    "lgfedavg": LGFedAvgParams,
+    "fedbabu": FedBABUParams,
+    "fedrod": AlgorithmParams,
+    "apfl": APFLParams,
+    "pfedme": PFedMeParams,
+    "perfedavg": PerFedAvgParams,
+    "moon": MOONParams,
+    "fednova": AlgorithmParams,
 }
 BUILTIN_NAMES = tuple(PARAMS)
 # one line each, for `fedsim keys` (the algorithms' own docs are docs/algorithms.md)
@@ -72,6 +91,16 @@ SUMMARIES = {
     "feddisco": "FedDisco: weights from sample counts and label-distribution discrepancy",
     "oracle": "Oracle: FedAvg within each true cluster (needs a clustered partition)",
     "spcacw": "SP-CACW: a target weights its peers' gradients by estimated bias and variance",
+    "fedrep": "FedRep: shared body, personal head; head epochs, then body epochs",
+    "lgfedavg": "LG-FedAvg: local body, shared top layers (the mirror of FedPer)",
+    "fedbn": "FedBN: FedAvg that keeps every BatchNorm layer local (needs a BN model)",
+    "fedbabu": "FedBABU: body under a frozen random head; fine-tuned before evaluation",
+    "fedrod": "FedRoD: generic head on balanced softmax + a personal head",
+    "apfl": "APFL: a learned mixture of a personal and the global model",
+    "pfedme": "pFedMe: Moreau-envelope personal models, K inner steps per batch",
+    "perfedavg": "Per-FedAvg: MAML-style FedAvg, one adaptation step before evaluation",
+    "moon": "MOON: FedAvg with a model-contrastive loss (global vs previous model)",
+    "fednova": "FedNova: normalized averaging for unequal local steps",
 }
 ALGORITHM_BASE = "fedsim.algorithms.base.Algorithm"  # checked by name: no torch imported here
 

@@ -79,6 +79,13 @@ class ClientProbe(Protocol):
         algorithm's own per-batch loop with ``gradient``."""
         ...
 
+    @property
+    def lr(self) -> float:
+        """The learning rate of this client's local steps this round (``client.lr`` under
+        ``client.lr_schedule``): for an algorithm's own SGD steps (pFedMe, APFL, FedRoD's
+        personal head)."""
+        ...
+
     def train(
         self,
         params: torch.Tensor,
@@ -108,6 +115,11 @@ class ClientInfo:
     class_counts: np.ndarray  # (K,) training samples per class
     round: int
     probe: ClientProbe | None = field(default=None, compare=False, repr=False)
+    # what the worker does with the client this round (on the driver, both True): an
+    # evaluation-only personalization (FedBABU's fine-tune) or a training-only pass
+    # (FedRep's head epochs) runs only when it is needed
+    evaluates: bool = True
+    trains: bool = True
 
     @property
     def class_proportions(self) -> np.ndarray:
@@ -131,6 +143,9 @@ class FederationInfo:
     partition: str = ""  # how clients got their data (data.partition.name, or natural)
     client_epochs: list[int] = field(default_factory=list)  # local epochs of each client
     batch_size: int = 10  # client.batch_size (local steps: epochs x ceil(n_k / batch_size))
+    buffer_names: list[str] = field(default_factory=list)  # float buffers (no gradient)
+    # parameters and float buffers of the BatchNorm layers (FedBN keeps them on the client)
+    batchnorm_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -143,7 +158,7 @@ class ClientPlan:
     train_indices: np.ndarray | None = None  # a subset to train on (None: the train split)
     context: dict[str, Any] = field(default_factory=dict)  # carried to client_finish
     frozen: list[str] | None = None  # parameters the local training leaves as they are
-    epochs: int | None = None  # local epochs of this client (None: the run's client epochs)
+    epochs: int | None = None  # local epochs of this client (None: the run's; 0: no main pass)
     # an algorithm that keeps a client's optimizer state between rounds: hand it in here and
     # set keep_optimizer_state; after training the worker puts the new state here
     optimizer_state: dict[str, Any] | None = None
@@ -157,6 +172,9 @@ class ClientUpdate:
     sums: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
     individual: Any = None  # uploaded as is (algorithms that need every model)
     state: ClientState | None = None  # the client's new private state (None: unchanged)
+    # the client's training loss when the algorithm trained it in its own loop (None: the
+    # worker's main pass); not finite: the client failed (left out, its state unchanged)
+    train_loss: float | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,11 @@ class Algorithm:
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     # True: a round is ``train_round`` (many gradient exchanges), not local training
     trains_by_exchange: ClassVar[bool] = False
+    # True: clients train in the algorithm's own per-batch loop through the probe (pFedMe,
+    # Per-FedAvg, APFL: plain SGD at ``probe.lr``; ``ClientPlan.epochs`` 0 skips the worker's
+    # main pass). The settings that act on the main pass (client optimizer keys, gradient
+    # clipping, precision, label flipping) would not reach it, and are refused
+    trains_in_own_loop: ClassVar[bool] = False
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         self.params = params

@@ -67,6 +67,8 @@ def check_round_kind(
 ) -> None:
     """ConfigError for a key this kind of round cannot honour (one line, both keys named)."""
     a, name = cfg.asynchronous, cfg.algorithm.name
+    if algorithm.trains_in_own_loop:
+        check_own_loop(cfg)
     if kind == "exchange":
         if a.enabled:
             raise ConfigError(
@@ -116,6 +118,27 @@ def check_round_kind(
             a.buffer_size,
             f"at most the clients ({num_clients}): a bigger buffer never fills",
         )
+
+
+def check_own_loop(cfg: ExperimentConfig) -> None:
+    """ConfigError for a setting that acts on the worker's main pass, which an algorithm
+    training in its own loop (``Algorithm.trains_in_own_loop``: plain SGD) never runs."""
+    c, name = cfg.client, cfg.algorithm.name
+    ignored = [
+        ("client.optimizer", c.optimizer, c.optimizer != "sgd"),
+        ("client.momentum", c.momentum, c.momentum != 0),
+        ("client.nesterov", c.nesterov, bool(c.nesterov)),
+        ("client.weight_decay", c.weight_decay, c.weight_decay != 0),
+        ("client.clip_grad_norm", c.clip_grad_norm, c.clip_grad_norm is not None),
+        ("client.precision", c.precision, c.precision != "32"),
+        ("attack.kind", cfg.attack.kind, cfg.attack.kind == "label_flip"),
+    ]
+    for key, value, on in ignored:
+        if on:
+            raise ConfigError(
+                key, value, f"algorithm.name={name} trains clients in its own plain-SGD loop, "
+                "which this setting does not reach; leave it at its default",
+            )  # fmt: skip
 
 
 def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[VirtualClock, Any]:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fedsim.gradient_tasks import GradientTask
+from fedsim.runtime.lightning_steps import resolve_optimizers
 from fedsim.runtime.training import (
     EvalResult,
     all_finite,
@@ -62,6 +63,15 @@ class WorkerProbe:
             order = samples[torch.randperm(len(samples), generator=generator).numpy()]
             out += [order[start : start + size] for start in range(0, len(order), size)]
         return out
+
+    @property
+    def lr(self) -> float:
+        """The lr of the module's optimizer (its first parameter group) times this round's
+        ``client.lr_schedule`` factor: what the worker's main pass steps with."""
+        worker = self.worker
+        optimizer, _ = resolve_optimizers(worker.module)
+        group = optimizer.param_groups[0]
+        return float(group.get("initial_lr", group["lr"])) * worker.spec.lr_scale(self.round_idx)
 
     def train(
         self,

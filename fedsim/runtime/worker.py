@@ -7,6 +7,7 @@ changes results. The worker knows the algorithm only through its seam (``client_
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -226,6 +227,8 @@ class ClientWorker:
             class_counts=self.class_counts[client],
             round=round_idx,
             probe=WorkerProbe(self, client, round_idx),
+            evaluates=task.evaluate,
+            trains=task.train,
         )
         plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         out = ClientResult(client=client)
@@ -274,6 +277,12 @@ class ClientWorker:
                 task.upload, upload, plan.train_params, uploaded, round_idx, client
             )
         update = self.algorithm.client_finish(plan, uploaded, task.state, info)
+        out.train_seconds = time.perf_counter() - began  # with the algorithm's own passes
+        if update.train_loss is not None:  # trained in the algorithm's own loop
+            out.train_loss = update.train_loss
+            if not math.isfinite(update.train_loss):
+                out.failed = True  # as a non-finite main pass: left out, state unchanged
+                return out
         if out.upload is not None and task.upload is not None and task.upload.individual:
             out.upload.sums, sums = dict(update.sums), {}  # the server needs it on its own
         began = time.perf_counter()

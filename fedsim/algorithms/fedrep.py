@@ -1,0 +1,59 @@
+"""FedRep: a shared body (representation), a personal head; head epochs, then body epochs.
+
+Collins et al., "Exploiting Shared Representations for Personalized Federated Learning",
+ICML 2021; PFLlib ``servers/serverrep.py``, ``clients/clientrep.py``. Rules:
+docs/algorithms.md, "fedrep". The head is the model's output layer (its top named block);
+the body is everything else. Each round a sampled client
+1. trains its own head for ``head_epochs`` epochs with the received body frozen (PFLlib's
+   ``plocal_epochs``, 1; the paper uses many), through ``ClientInfo.probe.train``;
+2. trains the body for ``client.epochs`` with that head frozen (the worker's main pass,
+   ``ClientPlan.frozen``), and uploads the body; the server averages bodies with n_i weights.
+A client is evaluated with the received body and its own head, before training. The head is
+its private state; a client without one starts from the initial model's head.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedsim.algorithm_params.baselines import FedRepParams
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, FederationInfo
+from fedsim.algorithms.registry import register
+from fedsim.algorithms.shared_part import SharedPart
+
+HEAD_KEY = 17  # seeds the head epochs apart from the main (body) pass
+
+
+@register
+class FedRep(SharedPart):
+    """Body averaged; each client keeps its head, trained before the body each round."""
+
+    name = "fedrep"
+    Params = FedRepParams
+
+    def __init__(self, params: FedRepParams, federation: FederationInfo):
+        self.head_names = list(federation.head_names)
+        super().__init__(params, federation)
+
+    def shared_names(self) -> list[str]:
+        return self.names_outside(self.head_names)
+
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        """Evaluate body + own head; train the head (body frozen), then the body (head frozen)."""
+        model = self.client_model(broadcast, state)
+        plan = ClientPlan(train_params=model, frozen=self.head_names)
+        epochs = self.params.head_epochs
+        if client.trains and epochs > 0 and client.probe is not None:
+            tuned, loss = client.probe.train(
+                model, epochs=epochs, frozen=self.shared_names(), key=HEAD_KEY
+            )
+            if math.isfinite(loss):  # a diverged head pass trains the body from the old head
+                plan.train_params, plan.eval_params = tuned, model
+        return plan

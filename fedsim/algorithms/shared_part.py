@@ -1,0 +1,178 @@
+"""The server averages a shared part of the model; each client may keep the rest.
+
+The base of the personalization baselines (docs/algorithms.md): FedRep and FedBABU share the
+body, LG-FedAvg the top blocks, FedBN everything but the BatchNorm layers; MOON, FedRoD,
+APFL, pFedMe and Per-FedAvg share the whole model and keep their personal models in their
+own client state. ``OwnLoop`` is the base of those that train clients in their own per-batch
+loop through the worker's probe (APFL, pFedMe, Per-FedAvg).
+
+Server: the shared entries become ``sum_i n_i w_i / sum_i n_i`` over the clients that finished
+the round (``n_i`` their training samples, PFLlib's weights); the other entries of the
+server's model never change, so they stay the initial model's: a client without a personal
+part of its own takes it from there, as every PFLlib client starts from a copy of the
+initial model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from fedsim.algorithm_params.base import AlgorithmParams
+from fedsim.algorithms.base import (
+    Algorithm,
+    ClientInfo,
+    ClientPlan,
+    ClientProbe,
+    ClientState,
+    ClientUpdate,
+    FederationInfo,
+    ModelUpload,
+    ServerState,
+    WeightedSum,
+)
+from fedsim.algorithms.fedper import flat_ranges, gather, scatter
+
+
+class SharedPart(Algorithm):
+    """Shared entries averaged with weights n_i; a client keeps the rest (``keeps_personal``)."""
+
+    # True: the entries that are not shared are the client's private state ("personal")
+    keeps_personal: ClassVar[bool] = True
+
+    def __init__(self, params: AlgorithmParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        layout = federation.layout
+        shared = set(self.shared_names())
+        names = [e.name for e in layout.entries]
+        self.personal_names = [n for n in names if n not in shared]
+        self.shared_ranges = flat_ranges(layout, [n for n in names if n in shared])
+        self.personal_ranges = flat_ranges(layout, self.personal_names)
+        self.everything_shared = not self.personal_names
+
+    def shared_names(self) -> list[str]:
+        """The entries (parameters and float buffers) the server averages (default: all)."""
+        return [e.name for e in self.federation.layout.entries]
+
+    def names_outside(self, names: list[str]) -> list[str]:
+        """Every entry of the model that is not in ``names``."""
+        held = set(names)
+        return [e.name for e in self.federation.layout.entries if e.name not in held]
+
+    # --- driver side ---
+    def aggregate(
+        self,
+        state: ServerState,
+        sums: dict[str, WeightedSum],
+        individual: dict[int, Any],
+        round_idx: int,
+    ) -> ServerState:
+        mean = shared_mean(sums)
+        if mean is None:
+            return state  # nobody finished this round: keep the model
+        return {**state, "params": self.with_shared(state["params"], mean)}
+
+    def with_shared(self, params: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
+        """``params`` with its shared entries replaced by ``shared`` (a new tensor)."""
+        if self.everything_shared:
+            return shared
+        new = params.clone()
+        scatter(new, self.shared_ranges, shared)
+        return new
+
+    # --- worker side ---
+    def client_model(self, broadcast: dict[str, Any], state: ClientState | None) -> torch.Tensor:
+        """The server's model with the client's personal entries, if it has any yet."""
+        model = broadcast["params"]
+        if self.keeps_personal and state is not None and self.personal_ranges:
+            model = model.clone()
+            scatter(model, self.personal_ranges, state["personal"])
+        return model
+
+    def client_start(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        state: ClientState | None,
+        client: ClientInfo,
+    ) -> ClientPlan:
+        return ClientPlan(train_params=self.client_model(broadcast, state))
+
+    def shared_sums(
+        self, trained: torch.Tensor, plan: ClientPlan, client: ClientInfo
+    ) -> dict[str, tuple[float, torch.Tensor]]:
+        """The client's shared entries, weighted by its training samples."""
+        n = float(client.num_train if plan.train_indices is None else len(plan.train_indices))
+        value = trained if self.everything_shared else gather(trained, self.shared_ranges)
+        return {"shared": (n, value)}
+
+    def client_finish(
+        self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
+    ) -> ClientUpdate:
+        update = ClientUpdate(sums=self.shared_sums(trained, plan, client))
+        if self.keeps_personal and self.personal_ranges:
+            update.state = {"personal": gather(trained, self.personal_ranges)}
+        return update
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload | None:
+        """The shared entries; the ``shared`` sum is their mean."""
+        ranges = None if self.everything_shared else self.shared_ranges
+        return ModelUpload(ranges=ranges, sums=("shared",))
+
+
+def shared_mean(sums: dict[str, WeightedSum]) -> torch.Tensor | None:
+    """The weighted mean of the ``shared`` sum (None: nobody contributed)."""
+    total = sums.get("shared")
+    if total is None or total.value is None or total.weight <= 0:
+        return None
+    return total.mean()
+
+
+class OwnLoop(SharedPart):
+    """Clients train in the algorithm's own per-batch loop (``client_finish``), through the
+    probe's seeded minibatches and gradients, with plain SGD at ``probe.lr``; the worker's
+    main pass is skipped (``ClientPlan.epochs`` 0)."""
+
+    trains_in_own_loop = True
+    LOOP_KEY: ClassVar[int] = 21  # seeds the loop's minibatches apart from other passes
+
+    def __init__(self, params: AlgorithmParams, federation: FederationInfo):
+        super().__init__(params, federation)
+        buffers = [n for n in federation.buffer_names if n in federation.layout.by_name]
+        # True on parameter entries: terms that are not gradients (a pull, a mixture, a
+        # decay) leave float buffers (BatchNorm statistics) alone
+        self.param_mask = None if not buffers else ~federation.layout.mask(buffers)
+
+    def masked(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` with the float-buffer entries zeroed (in place; returned)."""
+        if self.param_mask is not None:
+            values[~self.param_mask] = 0
+        return values
+
+    def epochs_of(self, plan: ClientPlan, client: ClientInfo) -> int:
+        """The client's local epochs (``client.epochs`` / ``client.epochs_by_client``)."""
+        return int(self.federation.client_epochs[client.client])
+
+    def epoch_batches(
+        self, probe: ClientProbe, plan: ClientPlan, client: ClientInfo
+    ) -> Iterator[list[np.ndarray]]:
+        """Each local epoch's minibatches (seeded by seed, round, client)."""
+        indices = probe.train_indices if plan.train_indices is None else plan.train_indices
+        epochs = self.epochs_of(plan, client)
+        batches = probe.batches(epochs, plan.train_indices, key=self.LOOP_KEY)
+        per_epoch = -(-len(indices) // self.federation.batch_size)
+        for epoch in range(epochs):
+            yield batches[epoch * per_epoch : (epoch + 1) * per_epoch]
+
+    def model_upload(self, client: ClientInfo) -> ModelUpload | None:
+        """None: the deployment's client stages act on the worker's main pass, which an
+        algorithm with its own loop does not run."""
+        return None
+
+    def needs_probe(self, client: ClientInfo) -> ClientProbe:
+        if client.probe is None:
+            raise RuntimeError(f"{self.name} trains through the worker's probe; it has none")
+        return client.probe
