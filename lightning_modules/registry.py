@@ -23,6 +23,7 @@ MODELS: dict[str, str] = {
 MODEL_NAMES = tuple(MODELS)
 SUMMARIES = {
     "fedavg_cnn": "PFLlib's FedAvgCNN: 2 conv + 2 FC layers (images)",
+    "fedavg_cnn_bn": "FedAvgCNN with BatchNorm after each convolution (FedBN's model)",
     "resnet18": "ResNet-18 with a 3x3 stem for 32x32 images",
     "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
     "mlp": "fully connected ReLU layers, model.hidden sizes (default 784-200-200-10 on digits)",

@@ -17,7 +17,9 @@ import pytest
 from fedsim.checks import field_check
 from fedsim.cli import main
 from fedsim.config import AlgorithmConfig, ExperimentConfig
+from fedsim.data.names import DATASET_NAMES
 from fedsim.keys import algorithm_keys, algorithm_names, all_keys, experiment_keys
+from lightning_modules.registry import MODEL_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -128,6 +130,7 @@ def test_bare_keys_lists_the_names_a_config_picks(capsys) -> None:
     assert code == 0 and not err
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
     assert set(algorithm_names()) | {"fedavg_cnn", "char_lstm", "mnist-5k", "shakespeare"} <= listed
+    assert set(MODEL_NAMES) | set(DATASET_NAMES) <= listed  # every built-in name, summarised
 
 
 def test_fedavg_shows_its_own_keys_and_names_fedvgs_apart(capsys) -> None:
