@@ -18,27 +18,20 @@ import math
 from typing import Any, ClassVar
 
 from fedsim.algorithm_params.baselines import FedBABUParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, FederationInfo
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.shared_part import SharedPart
+from fedsim.algorithms.shared_part import BodyShared
 
 FINETUNE_KEY = 19  # seeds the evaluation fine-tune apart from the main pass
 
 
 @register
-class FedBABU(SharedPart):
+class FedBABU(BodyShared):
     """Body averaged under a frozen random head; fine-tuned (not kept) before evaluation."""
 
     name = "fedbabu"
     Params = FedBABUParams
     keeps_personal: ClassVar[bool] = False  # the head is the server's (initial) one
-
-    def __init__(self, params: FedBABUParams, federation: FederationInfo):
-        self.head_names = list(federation.head_names)
-        super().__init__(params, federation)
-
-    def shared_names(self) -> list[str]:
-        return self.names_outside(self.head_names)
 
     def client_start(
         self,

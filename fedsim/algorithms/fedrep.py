@@ -18,26 +18,19 @@ import math
 from typing import Any
 
 from fedsim.algorithm_params.baselines import FedRepParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, FederationInfo
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.shared_part import SharedPart
+from fedsim.algorithms.shared_part import BodyShared
 
 HEAD_KEY = 17  # seeds the head epochs apart from the main (body) pass
 
 
 @register
-class FedRep(SharedPart):
+class FedRep(BodyShared):
     """Body averaged; each client keeps its head, trained before the body each round."""
 
     name = "fedrep"
     Params = FedRepParams
-
-    def __init__(self, params: FedRepParams, federation: FederationInfo):
-        self.head_names = list(federation.head_names)
-        super().__init__(params, federation)
-
-    def shared_names(self) -> list[str]:
-        return self.names_outside(self.head_names)
 
     def client_start(
         self,

@@ -131,6 +131,18 @@ def shared_mean(sums: dict[str, WeightedSum]) -> torch.Tensor | None:
     return total.mean()
 
 
+class BodyShared(SharedPart):
+    """The server averages the body; the head (``federation.head_names``) is not shared
+    (FedRep keeps it personal, FedBABU keeps it frozen at the initial model)."""
+
+    def __init__(self, params: AlgorithmParams, federation: FederationInfo):
+        self.head_names = list(federation.head_names)
+        super().__init__(params, federation)
+
+    def shared_names(self) -> list[str]:
+        return self.names_outside(self.head_names)
+
+
 class OwnLoop(SharedPart):
     """Clients train in the algorithm's own per-batch loop (``client_finish``), through the
     probe's seeded minibatches and gradients, with plain SGD at ``probe.lr``; the worker's
