@@ -80,7 +80,7 @@ def test_built_in_names_resolve_as_before():
         ("model.name=:TinyMLP", "model.name=':TinyMLP': expected module:attribute"),
         (
             "model.name=resnet",
-            "model.name='resnet': allowed: fedavg_cnn, resnet18, char_lstm, mlp, or module:",
+            "model.name='resnet': allowed: fedavg_cnn, fedavg_cnn_bn, resnet18, char_lstm, mlp, or module:",
         ),
         (
             "data.name=fedsim_plugins.data:nothing",
@@ -105,7 +105,7 @@ def test_built_in_names_resolve_as_before():
             "algorithm.name=fedsim_plugins.algos:missing",
             "module 'fedsim_plugins.algos' has no attribute 'missing'",
         ),
-        ("algorithm.name=fedmedian", "allowed: cwfedavg,"),
+        ("algorithm.name=fedmedian", "allowed: apfl, cwfedavg,"),
     ],
 )
 def test_a_bad_path_is_one_line_exit_2_before_any_run_folder(override, expected, tmp_path, capsys):
