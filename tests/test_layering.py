@@ -48,10 +48,10 @@ LAYERS: list[tuple[str, ...]] = [
 NAMED_RULES = [
     ("tracking never imports an algorithm", ("fedsim.tracking",), ("fedsim.algorithms",), ()),
     (
-        "the runtime and deployment know algorithms only through the seam (base, sums)",
+        "the runtime and deployment know algorithms only through the seam (base, seam, sums)",
         ("fedsim.runtime", "fedsim.deployment"),
         ("fedsim.algorithms",),
-        ("fedsim.algorithms.base", "fedsim.algorithms.sums"),
+        ("fedsim.algorithms.base", "fedsim.algorithms.seam", "fedsim.algorithms.sums"),
     ),
     (
         "only the runtime, the search package and ray_jobs import ray",
