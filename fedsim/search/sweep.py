@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import shutil
 import sys
@@ -37,6 +36,7 @@ from fedsim.search.results import (
     write_best_yaml,
     write_trials_csv,
 )
+from fedsim.search.schedulers import make_scheduler, make_search_alg
 from fedsim.search.space import Space, changes_mid_run, parse_space, validate_search
 from fedsim.search.trial import SweepSettings, evaluations, run_trial
 
@@ -205,45 +205,6 @@ def resume_tune(
     return fit(search, restore=True, callbacks=callbacks)
 
 
-def _explore(config: dict[str, Any], spaces: list[Space]) -> dict[str, Any]:
-    """PBT's explore step, kept inside the searched spaces (a module-level function:
-    Tune pickles the scheduler with the experiment)."""
-    by_key = {s.key: s for s in spaces}
-    return {k: by_key[k].clip(v) if k in by_key else v for k, v in config.items()}
-
-
-def make_scheduler(search: Search) -> Any:
-    """ASHA, FIFO or Population Based Training, in evaluations (``training_iteration``)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
-
-    options = search.options
-    if options.scheduler == "asha":
-        return ASHAScheduler(
-            time_attr="training_iteration",
-            max_t=evaluations(search.cfg),
-            grace_period=options.grace_period,
-            reduction_factor=options.reduction_factor,
-        )
-    if options.scheduler == "pbt":
-        return PopulationBasedTraining(
-            time_attr="training_iteration",
-            perturbation_interval=options.perturbation_interval,
-            burn_in_period=2,  # the first report is round 0: the initial model, no checkpoint
-            hyperparam_mutations={s.key: s.mutation() for s in search.spaces},
-            custom_explore_fn=functools.partial(_explore, spaces=search.spaces),
-        )
-    return FIFOScheduler()
-
-
-def make_search_alg(search: Search) -> Any:
-    """None (Tune's random sampling and grids) or Optuna's TPE."""
-    if search.options.search_alg != "optuna":
-        return None
-    from ray.tune.search.optuna import OptunaSearch
-
-    return OptunaSearch(seed=search.cfg.seed)
-
-
 def fit(search: Search, *, restore: bool, callbacks: list[Any] | None = None) -> TuneOutcome:
     """Run (or restore and continue) the search on Ray; write trials.csv and best.yaml."""
     import ray
@@ -272,8 +233,8 @@ def fit(search: Search, *, restore: bool, callbacks: list[Any] | None = None) ->
                 tune_config=tune.TuneConfig(
                     metric=options.metric,
                     mode=options.mode,
-                    scheduler=make_scheduler(search),
-                    search_alg=make_search_alg(search),
+                    scheduler=make_scheduler(options, search.spaces, evaluations(search.cfg)),
+                    search_alg=make_search_alg(options, search.cfg.seed),
                     num_samples=options.samples,
                     max_concurrent_trials=options.max_concurrent,
                     reuse_actors=True,  # later trials skip the ~5 s torch import and data load
