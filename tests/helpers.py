@@ -26,6 +26,33 @@ def untimed(history: list[dict]) -> list[dict]:
     return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
 
+def run_local_and_ray(cfg: Any) -> tuple[Any, Any]:
+    """Run ``cfg`` on the local executor, then on a 2-worker Ray pool (half a CPU each);
+    the two ``RunResult`` s. Needs the session's ``ray_cluster`` fixture."""
+    import dataclasses
+
+    from fedsim.runtime.executor import LocalExecutor
+    from fedsim.runtime.ray_executor import RayExecutor
+    from fedsim.simulation import Simulation
+
+    torch.set_num_threads(1)
+    results = []
+    for executor in ("local", "ray"):
+        sim = Simulation(cfg)
+        if executor == "local":
+            pool = LocalExecutor(sim.worker_spec, sim.data)
+        else:
+            runtime = dataclasses.replace(
+                cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5
+            )
+            pool = RayExecutor(runtime, sim.worker_spec, sim.data)
+        try:
+            results.append(sim.run(pool))
+        finally:
+            pool.close()
+    return results[0], results[1]
+
+
 def quickstart(*overrides: str) -> Any:
     """``configs/quickstart.yaml`` on the local executor, with ``overrides`` on top."""
     return load_config("configs/quickstart.yaml", ["runtime.executor=local", *overrides])

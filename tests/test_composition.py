@@ -10,7 +10,6 @@ run to the bit.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -19,14 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import refused_check, untimed
+from helpers import refused_check, run_local_and_ray, untimed
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.config import load_config
 from fedsim.deployment.accountant import participation_epsilon
 from fedsim.experiment import RunInterrupted, run_experiment
-from fedsim.runtime.executor import LocalExecutor
-from fedsim.simulation import Simulation
 from fedsim.tracking.base import Sink
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,24 +145,7 @@ RAY_CELLS = [k for k in TABLE if TABLE[k]["Ray"] == "works"]
 
 @pytest.mark.parametrize("kind", RAY_CELLS)
 def test_ray_cell_equals_the_local_executor(kind: str, ray_cluster) -> None:
-    from fedsim.runtime.ray_executor import RayExecutor
-
-    torch.set_num_threads(1)
-    cfg = load_config(None, overrides(kind, "Ray"))
-    results = []
-    for executor in ("local", "ray"):
-        sim = Simulation(cfg)
-        if executor == "local":
-            pool = LocalExecutor(sim.worker_spec, sim.data)
-        else:
-            runtime = dataclasses.replace(cfg.runtime, executor="ray", workers=2,
-                                          cpus_per_worker=0.5)  # fmt: skip
-            pool = RayExecutor(runtime, sim.worker_spec, sim.data)
-        try:
-            results.append(sim.run(pool))
-        finally:
-            pool.close()
-    local, ray_run = results
+    local, ray_run = run_local_and_ray(load_config(None, overrides(kind, "Ray")))
     assert untimed(ray_run.history) == untimed(local.history)
 
 

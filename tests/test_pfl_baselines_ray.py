@@ -5,15 +5,11 @@ registered algorithm). Tiny federations: 300 real digits, 4 clients, 2 rounds.""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
-from helpers import untimed
+from helpers import run_local_and_ray, untimed
 
 from fedsim.config import load_config
-from fedsim.runtime.executor import LocalExecutor
-from fedsim.simulation import Simulation
 
 BASE = [
     "seed=0",
@@ -44,24 +40,8 @@ TEN = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(TEN))
 def test_ray_pool_equals_the_local_executor(name: str, ray_cluster) -> None:
-    from fedsim.runtime.ray_executor import RayExecutor
-
-    torch.set_num_threads(1)
     cfg = load_config(None, [*BASE, f"algorithm.name={name}", *TEN[name]])
-    results = []
-    for executor in ("local", "ray"):
-        sim = Simulation(cfg)
-        if executor == "local":
-            pool = LocalExecutor(sim.worker_spec, sim.data)
-        else:
-            runtime = dataclasses.replace(cfg.runtime, executor="ray", workers=2,
-                                          cpus_per_worker=0.5)  # fmt: skip
-            pool = RayExecutor(runtime, sim.worker_spec, sim.data)
-        try:
-            results.append(sim.run(pool))
-        finally:
-            pool.close()
-    local, ray_run = results
+    local, ray_run = run_local_and_ray(cfg)
     try:
         assert untimed(ray_run.history) == untimed(local.history)
         assert [h.get("num_trained") for h in local.history[:2]] == [4, 4]
