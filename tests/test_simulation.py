@@ -11,7 +11,6 @@ from helpers import quickstart
 
 from fedsim.algorithms.base import ClientPlan
 from fedsim.algorithms.fedavg import FedAvg
-from fedsim.algorithms.registry import ALGORITHMS, register
 from fedsim.cli import main
 from fedsim.errors import ClientFailureError
 from fedsim.experiment import run_experiment
@@ -118,11 +117,10 @@ class NanTerms(ClientTerms):
         return torch.tensor(math.nan)
 
 
-@register
 class PoisonedFedAvg(FedAvg):
-    """FedAvg whose listed clients produce a NaN loss (test-only)."""
+    """FedAvg whose listed clients produce a NaN loss (test-only; named by import path, so
+    it never enters the registry other tests' allowed lists are read from)."""
 
-    name = "test_poisoned"
     Params = PoisonParams
 
     def client_start(self, broadcast, payload, state, client):
@@ -132,10 +130,11 @@ class PoisonedFedAvg(FedAvg):
         return plan
 
 
+POISONED = "algorithm.name=test_simulation:PoisonedFedAvg"
+
+
 def test_non_finite_client_left_out_and_reported(tmp_path):
-    cfg = quickstart(
-        "rounds=2", "data.num_clients=6", "algorithm.name=test_poisoned", "algorithm.clients=[4]"
-    )
+    cfg = quickstart("rounds=2", "data.num_clients=6", POISONED, "algorithm.clients=[4]")
     result = run_experiment(cfg, tmp_path / "run", progress=False)
     assert [h.get("failed_clients") for h in result.history] == [[4], [4], None]
     assert [h["num_trained"] for h in result.history] == [5, 5, 0]
@@ -146,13 +145,9 @@ def test_too_many_failures_stop_the_run(tmp_path):
     cfg = quickstart(
         "rounds=2",
         "data.num_clients=4",
-        "algorithm.name=test_poisoned",
+        POISONED,
         "algorithm.clients=[0, 1, 2]",
         "max_failed_fraction=0.5",
     )
     with pytest.raises(ClientFailureError, match=r"round 0: 3 of 4 clients.*\[0, 1, 2\]"):
         run_experiment(cfg, tmp_path / "run", progress=False)
-
-
-def teardown_module():
-    ALGORITHMS.pop("test_poisoned", None)
