@@ -488,6 +488,9 @@ def test_ray_pool_equals_the_local_executor(ray_cluster, extra):
         ("algorithm.steps_per_round=0", "algorithm.steps_per_round"),
         ("algorithm.variance_term=centered", "algorithm.variance_term"),
         ("algorithm.bias_term=cubic", "algorithm.bias_term"),
+        ("algorithm.L_history=always", "algorithm.L_history"),
+        ("algorithm.gamma=papers", "algorithm.gamma"),
+        ("algorithm.gamma=-1", "algorithm.gamma"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(override, key, capsys, tmp_path):
@@ -495,4 +498,5 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(override, key, capsys, t
     config.write_text("algorithm:\n  name: spcacw\n")
     argv = ["run", str(config), "--check", "runtime.executor=local", "data.num_clients=4"]
     argv += ["rounds=1", override]
-    assert key in one_line_error(argv, capsys, tmp_path)
+    line = one_line_error(argv, capsys, tmp_path)
+    assert f"{key}=" in line, line

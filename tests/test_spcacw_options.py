@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import federation, one_line_error
+from helpers import federation
 from test_spcacw import simulation
 
 from fedsim.algorithms.spcacw import SPCACW, SPCACWParams
@@ -143,22 +143,6 @@ def test_the_step_with_a_scratch_buffer_and_a_given_gram_is_the_same():
         assert np.array_equal(np.asarray(other[key]), np.asarray(value)), key
     q, _ = quadratic_and_linear(algo.params, state, 0)
     assert np.allclose(q, q.T)
-
-
-@pytest.mark.parametrize(
-    "override, key",
-    [
-        ("algorithm.L_history=always", "algorithm.L_history"),
-        ("algorithm.gamma=papers", "algorithm.gamma"),
-        ("algorithm.gamma=-1", "algorithm.gamma"),
-    ],
-)
-def test_bad_values_are_one_line_errors(override, key, capsys, tmp_path):
-    config = tmp_path / "config.yaml"
-    config.write_text("algorithm:\n  name: spcacw\n")
-    argv = ["run", str(config), "--check", "runtime.executor=local", "data.num_clients=4"]
-    line = one_line_error([*argv, "rounds=1", override], capsys, tmp_path)
-    assert f"{key}=" in line, line
 
 
 def test_the_algorithm_files_stay_small():
