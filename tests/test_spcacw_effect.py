@@ -89,10 +89,13 @@ SPCACW = [
 
 
 @functools.cache
-def relabel_run(algorithm: str, *extra: str) -> tuple[np.ndarray, dict, np.ndarray]:
-    """(accuracy per evaluated round x target, final server state, true clusters)."""
+def targets_run(
+    base: tuple[str, ...], targets: tuple[int, ...], algorithm: str, *extra: str
+) -> tuple[np.ndarray, dict, np.ndarray]:
+    """(accuracy per evaluated round x target, final server state, true clusters) of one
+    local run of ``base`` with ``algorithm`` and ``extra`` on top."""
     torch.set_num_threads(1)
-    cfg = load_config(None, [*OVERRIDES, f"algorithm.name={algorithm}", *extra])
+    cfg = load_config(None, [*base, f"algorithm.name={algorithm}", *extra])
     simulation = Simulation(cfg)
     simulation.worker_spec.num_threads = 1
     sink = MemorySink()
@@ -100,13 +103,18 @@ def relabel_run(algorithm: str, *extra: str) -> tuple[np.ndarray, dict, np.ndarr
         result = simulation.run(executor, [sink])
     accuracy = np.array(
         [
-            [{c.client: c.accuracy for c in record.clients}[t] for t in TARGETS]
+            [{c.client: c.accuracy for c in record.clients}[t] for t in targets]
             for record in sink.records
             if record.clients
         ]
     )
-    print(f"{algorithm}: targets {TARGETS} accuracy per round {accuracy.mean(1).round(3)}")
+    print(f"{algorithm}: targets {list(targets)} accuracy per round {accuracy.mean(1).round(3)}")
     return accuracy, result.state, np.asarray(simulation.federation.client_clusters)
+
+
+def relabel_run(algorithm: str, *extra: str) -> tuple[np.ndarray, dict, np.ndarray]:
+    """``targets_run`` on the 10-client relabel federation."""
+    return targets_run(tuple(OVERRIDES), tuple(TARGETS), algorithm, *extra)
 
 
 def late_accuracy(algorithm: str, *extra: str) -> float:
@@ -175,25 +183,10 @@ FAITHFUL = [
 ]
 
 
-@functools.cache
 def faithful_run(algorithm: str, *extra: str) -> tuple[np.ndarray, dict]:
     """(accuracy per evaluated round x target, final server state) on the check's setting."""
-    torch.set_num_threads(1)
-    cfg = load_config(None, [*FAITHFUL, f"algorithm.name={algorithm}", *extra])
-    simulation = Simulation(cfg)
-    simulation.worker_spec.num_threads = 1
-    sink = MemorySink()
-    with LocalExecutor(simulation.worker_spec, simulation.data) as executor:
-        result = simulation.run(executor, [sink])
-    accuracy = np.array(
-        [
-            [{c.client: c.accuracy for c in record.clients}[t] for t in FAITHFUL_TARGETS]
-            for record in sink.records
-            if record.clients
-        ]
-    )
-    print(f"{algorithm}: accuracy per round {accuracy.mean(1).round(3)}")
-    return accuracy, result.state
+    accuracy, state, _ = targets_run(tuple(FAITHFUL), tuple(FAITHFUL_TARGETS), algorithm, *extra)
+    return accuracy, state
 
 
 @pytest.mark.slow
