@@ -8,9 +8,10 @@ process started); this prints every pass and the median of each step.
 Beside it, the same number for a plain two-process baseline: a driver process that starts one
 worker process, which imports torch, reads the same first client's samples (its indices and
 the Fashion-MNIST files, prepared before the clock starts) and trains it for one epoch with
-the same FedAvgCNN, batch and learning rate, in plain PyTorch. Last line:
-``RESULT first_client_s=<median> baseline_first_client_s=<median> ratio=<fedsim / baseline>
-actors_ready_s=<median> first_round_s=<median>``.
+the same FedAvgCNN, batch and learning rate, in plain PyTorch. And the floor
+(``startup_floor.py``): the same local Ray and actors importing Lightning, nothing else. Last
+line: ``RESULT first_client_s=<median> baseline_first_client_s=<median> ratio=<fedsim /
+baseline> actors_ready_s=<median> first_round_s=<median> floor_actors_ready_s=<median>``.
 
     .venv/bin/python benchmarks/startup.py [--passes 3] [--clients 100]
 """
@@ -27,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from startup_floor import floor
+
+SETTLE_S = 5.0  # after a Ray run: its processes finish exiting before the next clock starts
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"  # overridden
 STEPS = (
     ("ray_start_began_s", "config read, Ray start begins"),
@@ -120,17 +124,21 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    runs, baseline = [], []
+    runs, baseline, floors = [], [], []
     with tempfile.TemporaryDirectory(prefix="fedsim-startup-") as scratch:
         client = baseline_client(args, Path(scratch))
         for attempt in range(args.passes):
             baseline.append(baseline_run(client))
             runs.append(one_run(args, Path(scratch) / f"run{attempt}"))
+            time.sleep(SETTLE_S)
+            floors.append(floor(args.workers))
+            time.sleep(SETTLE_S)
             print(
                 f"pass {attempt}: "
                 + " ".join(f"{key[:-2]}={runs[-1].get(key, float('nan')):.2f}" for key, _ in STEPS)
                 + f" (whole command {runs[-1]['command_s']:.1f} s; baseline first client "
-                f"{baseline[-1]:.2f} s)",
+                f"{baseline[-1]:.2f} s; floor: Ray up {floors[-1]['ray_up_s']:.2f}, actors "
+                f"with Lightning ready {floors[-1]['actors_ready_s']:.2f} s)",
                 flush=True,
             )
     median = {key: statistics.median(r[key] for r in runs if key in r) for key, _ in STEPS}
@@ -141,12 +149,15 @@ def main() -> None:
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     base = statistics.median(baseline)
     print(f"  {base:6.2f}  plain two-process baseline: first client trained")
+    ready_floor = statistics.median(f["actors_ready_s"] for f in floors)
+    print(f"  {ready_floor:6.2f}  floor: a bare local Ray's actors have imported Lightning")
     print(
         f"RESULT first_client_s={median['first_client_done_s']:.2f} "
         f"baseline_first_client_s={base:.2f} "
         f"ratio={median['first_client_done_s'] / base:.2f} "
         f"actors_ready_s={median['actors_ready_s']:.2f} "
-        f"first_round_s={median['first_round_done_s']:.2f}"
+        f"first_round_s={median['first_round_done_s']:.2f} "
+        f"floor_actors_ready_s={ready_floor:.2f}"
     )
 
 
