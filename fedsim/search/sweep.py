@@ -36,7 +36,11 @@ from fedsim.search.results import (
     write_best_yaml,
     write_trials_csv,
 )
-from fedsim.search.schedulers import make_scheduler, make_search_alg
+from fedsim.search.schedulers import (  # noqa: F401  _explore: where searches pickled
+    _explore,  # before it moved (PBT's explore step) find it on --resume
+    make_scheduler,
+    make_search_alg,
+)
 from fedsim.search.space import Space, changes_mid_run, parse_space, validate_search
 from fedsim.search.trial import SweepSettings, evaluations, run_trial
 
