@@ -59,7 +59,7 @@ def start_early(cfg: ExperimentConfig, *, resume: bool = False) -> EarlyStart | 
     finally:
         builder.join()
     if "error" in built:  # a failed check: no worker and no Ray of ours left behind
-        pool.close()
+        pool.close(quiet=True)
         raise built["error"]
     return EarlyStart(built["simulation"], pool)
 

@@ -20,7 +20,7 @@ import ray
 
 from fedsim.config import RuntimeConfig
 from fedsim.runtime.pool_plan import PoolPlan, check_local_workers, plan_pool
-from fedsim.runtime.ray_cluster import join_or_start_ray
+from fedsim.runtime.ray_cluster import captured_stderr, join_or_start_ray
 from fedsim.runtime.ray_worker import WorkerActor
 
 
@@ -43,8 +43,16 @@ class StartedPool:
             **({"runtime_env": runtime_env} if runtime_env else {}),
         )
 
-    def close(self) -> None:
-        """Kill the actors; shut Ray down if this pool started it (idempotent)."""
+    def close(self, *, quiet: bool = False) -> None:
+        """Kill the actors; shut Ray down if this pool started it (idempotent).
+
+        ``quiet``: drop what Ray prints meanwhile (a failed check's one-line error stays the
+        only line: killing actors still being placed makes the GCS log an error line)."""
+        if quiet:
+            with captured_stderr() as held:
+                held.discard = True
+                self.close()
+            return
         actors, self.actors = self.actors, []
         for actor in actors:
             kill_actor(actor)
