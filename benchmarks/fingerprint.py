@@ -52,6 +52,17 @@ RUNS: dict[str, list[str]] = {
     "attack": ["attack.kind=sign_flip", "attack.fraction=0.3"],
     "fedper-clip": ["algorithm.name=fedper", "privacy.clip_norm=0.5"],
     "sync-speeds": ["asynchronous.speeds=slow_fraction:0.3,4"],
+    # the ten baselines of the second wave (their terms and own loops run in the worker too)
+    "fedrep": ["algorithm.name=fedrep"],
+    "lgfedavg": ["algorithm.name=lgfedavg"],
+    "fedbn": ["algorithm.name=fedbn", "model.name=fedavg_cnn_bn"],
+    "fedbabu": ["algorithm.name=fedbabu"],
+    "fedrod": ["algorithm.name=fedrod"],
+    "apfl": ["algorithm.name=apfl"],
+    "pfedme": ["algorithm.name=pfedme"],
+    "perfedavg": ["algorithm.name=perfedavg"],
+    "moon": ["algorithm.name=moon"],
+    "fednova": ["algorithm.name=fednova", "client.epochs_by_client=[1,2]"],
 }
 
 BASE = [

@@ -1,4 +1,8 @@
-"""FLModule: a LightningModule whose training step calls an algorithm's client terms."""
+"""FLModule: the built-in models' base: cross-entropy, ``client.optimizer``, named blocks.
+
+A plain ``LightningModule`` needs none of it: fedsim applies every algorithm's client terms
+around any module's own ``training_step`` (``fedsim/runtime/training.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,16 @@ import torch
 import torch.nn.functional as F
 
 from lightning_modules import blocks
-from lightning_modules.hooks import ClientTerms
 
 
 class FLModule(pl.LightningModule):
-    """Base for every fedsim model: CE loss + client terms, SGD, and named blocks.
+    """Base of the built-in models: CE loss, ``client.optimizer`` (SGD by default), blocks.
 
-    Subclasses define ``forward`` and ``block_names`` (bottom to top; the last block is the
-    head, i.e. the output layer). fedsim drives ``training_step`` and
-    ``on_before_optimizer_step`` from a lean loop inside its workers and passes the
-    algorithm's client terms to both as ``terms`` (the module keeps no per-client state); the
-    module also trains under a plain ``pl.Trainer`` (no terms). A subclass that overrides
-    either hook keeps the ``terms`` keyword.
+    Subclasses define ``forward``, ``features`` (the input of the output layer: MOON and
+    FedRoD read it) and ``block_names`` (bottom to top; the last block is the head, i.e. the
+    output layer). fedsim drives ``training_step`` from a lean loop inside its workers and
+    adds the algorithm's client terms itself, exactly as for a plain LightningModule; the
+    module also trains under a plain ``pl.Trainer``.
     """
 
     def __init__(self, lr: float = 0.005, momentum: float = 0.0, weight_decay: float = 0.0):
@@ -41,39 +43,11 @@ class FLModule(pl.LightningModule):
         head = set(self.head_parameters(num_head_blocks))
         return [n for b in self.block_names for n in self.block_parameters(b) if n not in head]
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The input to the output layer (the representation MOON and FedRoD work on):
-        ``forward(x)`` must equal the output layer applied to it. Built-in models define it."""
-        raise NotImplementedError(f"{type(self).__name__} does not expose its features")
-
     # --- training ---
-    def param_dict(self) -> dict[str, torch.Tensor]:
-        return dict(self.named_parameters())
-
-    def training_step(
-        self,
-        batch: tuple[torch.Tensor, torch.Tensor],
-        batch_idx: int = 0,
-        terms: ClientTerms | None = None,
-    ):
-        """Cross-entropy on the minibatch plus the client terms' extra loss, if any."""
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int = 0):
+        """Cross-entropy on the minibatch (fedsim adds the algorithm's terms around it)."""
         x, y = batch
-        objective = None if terms is None else getattr(terms, "objective", None)
-        loss = objective(self, batch) if objective is not None else None
-        if loss is None:
-            loss = F.cross_entropy(self(x), y)
-        if terms is not None:
-            extra = terms.loss(self.param_dict())
-            if extra is not None:
-                loss = loss + extra
-        return loss
-
-    def on_before_optimizer_step(
-        self, optimizer: torch.optim.Optimizer, terms: ClientTerms | None = None
-    ) -> None:
-        """Let the client terms correct the gradients (SCAFFOLD) before the step."""
-        if terms is not None:
-            terms.correct_gradients(self.param_dict())
+        return F.cross_entropy(self(x), y)
 
     # client.optimizer and its keys (set by fedsim's worker; plain SGD until then)
     optimizer_name: str = "sgd"  # sgd | adam | adamw

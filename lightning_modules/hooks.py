@@ -9,10 +9,13 @@ class ClientTerms:
     """Client-side behaviour of an algorithm (WDR, proximal terms, SCAFFOLD corrections...).
 
     A base with no-op defaults: an algorithm's terms override only the hook they use.
-    ``loss`` and ``correct_gradients`` receive the module's parameters by name and must not
-    touch anything else, so the same terms work for every model that declares its blocks;
-    ``objective`` replaces the minibatch loss itself (it may call ``module.features``). The
-    module calls them duck-typed, so any object with these methods also works.
+    fedsim's training loop calls them around the module's own ``training_step`` (the module
+    never sees them): ``loss`` is added to the step's loss, ``correct_gradients`` runs after
+    ``backward`` and before the optimizer step. Both receive the module's parameters by name
+    and must not touch anything else, so the same terms work for every model; ``objective``
+    replaces the module's ``training_step`` loss itself (it may call ``module.features``: an
+    algorithm that does declares it in ``Algorithm.model_needs``). Called duck-typed, so any
+    object with these methods also works.
     """
 
     def objective(

@@ -38,8 +38,12 @@ class MLP(FLModule):
             setattr(self, f"fc{i + 1}", nn.Sequential(nn.Linear(n_in, n_out), nn.ReLU()))
         self.fc = nn.Linear(sizes[-1], num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer's output, which the output layer reads (MOON, FedRoD)."""
         x = torch.flatten(x, 1)
         for name in self.block_names[:-1]:
             x = getattr(self, name)(x)
-        return self.fc(x)
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))

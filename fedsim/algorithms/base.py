@@ -130,10 +130,13 @@ class Algorithm:
         """
         raise NotImplementedError(f"{self.name} trains clients locally; it has no train_round")
 
-    def uses_client_terms(self) -> bool:
-        """Whether clients train with ``ClientTerms`` (a loss term, a gradient correction): a
-        model whose ``training_step`` takes no ``terms`` keyword cannot run it."""
-        return False
+    # what the algorithm calls on the model beyond forward(x) -> logits and training_step
+    # (MOON and FedRoD: ``features(x)``, the input of the output layer); a model without one
+    # is refused when the run is built, naming the method to add
+    model_needs: ClassVar[tuple[str, ...]] = ()
+    # the loss clients train on in place of the module's ``training_step`` (its terms'
+    # ``objective``), in words for the one-line note a user's own training_step gets; "": none
+    own_objective: ClassVar[str] = ""
 
     def evaluates(self, client: int) -> bool:
         """Whether ``client`` is evaluated in evaluation rounds (its accuracy counts in the

@@ -134,9 +134,6 @@ class CwFedAvg(Algorithm):
     name = "cwfedavg"
     Params = CwFedAvgParams
 
-    def uses_client_terms(self) -> bool:
-        return self.params.wdr_lambda > 0
-
     def __init__(self, params: CwFedAvgParams, federation: FederationInfo):
         super().__init__(params, federation)
         self.num_classes = federation.num_classes

@@ -39,8 +39,6 @@ class Ditto(FedAvg):
     name = "ditto"
     Params = DittoParams
 
-    def uses_client_terms(self) -> bool:
-        return True
 
     def client_start(
         self,
@@ -69,6 +67,7 @@ class Ditto(FedAvg):
             terms=terms,
             indices=plan.train_indices,
             key=PERSONAL_KEY,
+            label="personal",  # its loss and self.log values beside the global pass's
         )
         if not math.isfinite(loss):
             new_personal = personal.clone()  # a diverged personal pass keeps the old model

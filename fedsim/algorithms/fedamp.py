@@ -101,8 +101,6 @@ class FedAMP(Algorithm):
     name = "fedamp"
     Params = FedAMPParams
 
-    def uses_client_terms(self) -> bool:
-        return True
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:

@@ -68,8 +68,6 @@ class FedDyn(FedAvg):
     name = "feddyn"
     Params = FedDynParams
 
-    def uses_client_terms(self) -> bool:
-        return True
 
     def server_optimizer(self) -> ServerOptimizer:
         """Unused: FedDyn's server has its own rule (``server_step``)."""

@@ -24,9 +24,6 @@ class FedProx(FedAvg):
     name = "fedprox"
     Params = FedProxParams
 
-    def uses_client_terms(self) -> bool:
-        return bool(self.params.mu)
-
     def client_start(
         self,
         broadcast: dict[str, Any],

@@ -81,6 +81,11 @@ class FedRoD(SharedPart):
 
     name = "fedrod"
     Params = AlgorithmParams
+    model_needs = ("features",)  # its objective reads the representation
+    own_objective = (
+        "the balanced softmax on the output layer "
+        "of features(x), and its personal head's step"
+    )
     keeps_personal = False  # everything is shared; the personal head is its own state
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
@@ -102,9 +107,6 @@ class FedRoD(SharedPart):
             )
         self.head_ranges = flat_ranges(layout, head)
         self.head_shape = tuple(layout.by_name[weights[0]].shape)
-
-    def uses_client_terms(self) -> bool:
-        return True
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         return {"params": initial_params.clone(), "initial_head": self._head(initial_params)}

@@ -84,10 +84,13 @@ class MOON(SharedPart):
 
     name = "moon"
     Params = MOONParams
+    model_needs = ("features",)  # its objective reads the representation
+    own_objective = (
+        "cross-entropy on the output layer of "
+        "features(x) plus mu times the model-contrastive term"
+    )
     keeps_personal = False  # everything is shared; the previous model is its own state
 
-    def uses_client_terms(self) -> bool:
-        return True
 
     def client_start(
         self,

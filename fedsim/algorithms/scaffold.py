@@ -75,9 +75,6 @@ class Scaffold(FedAvg):
     name = "scaffold"
     Params = ScaffoldParams
 
-    def uses_client_terms(self) -> bool:
-        return True
-
     def server_optimizer(self) -> ServerOptimizer:
         """x - eta_g (x - mean), the step always taken (recorded results: also at eta_g 1)."""
         p = self.params

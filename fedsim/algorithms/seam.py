@@ -71,13 +71,16 @@ class ClientProbe(Protocol):
         frozen: list[str] | None = None,
         indices: np.ndarray | None = None,
         key: int = 0,
+        label: str | None = None,
     ) -> tuple[torch.Tensor, float]:
         """(``params`` after ``epochs`` of local SGD with ``terms``, mean training loss).
 
         An extra training pass beside the worker's main one (Ditto's personal model, FedPer's
         fine-tune): same optimizer and batch size, seeded by (seed, round, client, ``key``).
         ``frozen`` parameters and float buffers get no gradient and come back unchanged.
-        A non-finite loss stops the pass; the returned loss is then non-finite.
+        A non-finite loss stops the pass; the returned loss is then non-finite. ``label``:
+        record the pass's mean loss and the module's ``self.log`` values as
+        ``train/<label>/train_loss`` and ``train/<label>/<name>`` (None: not recorded).
         """
         ...
 

@@ -1,8 +1,11 @@
 """The client work itself: a lean train/evaluate loop over a LightningModule.
 
-The module's own ``configure_optimizers``, ``training_step`` and
-``on_before_optimizer_step`` are called directly (docs/architecture.md, "Runtime": a reused
-Trainer costs ~10 ms per client, this loop ~1 ms), so model code stays a LightningModule.
+The module's own ``configure_optimizers``, ``training_step`` and training hooks are called
+directly (docs/architecture.md, "Runtime": a reused Trainer costs ~10 ms per client, this
+loop ~1 ms), so model code stays a LightningModule. The algorithm's client terms are this
+loop's work, never the module's: their loss is added to what ``training_step`` returns, their
+gradient corrections applied after ``backward``, so a plain LightningModule and a built-in
+model train the same way under every algorithm.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from fedsim.data.federated import FederatedData
 from fedsim.runtime.lightning_steps import (
     LogCapture,
     capture_logs,
+    defined_hooks,
+    reset_metrics,
     resolve_optimizers,
+    step_loss,
     step_schedulers,
-    takes_terms,
 )
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import ParamLayout
@@ -100,11 +105,12 @@ def train_client(
     The module's ``configure_optimizers`` is honoured as Lightning's Trainer honours it
     (``lightning_steps.py``: one optimizer, its schedulers stepped per step or epoch);
     ``lr_scale`` multiplies every parameter group's initial lr (``client.lr_schedule``).
-    ``terms`` (the algorithm's client terms) go to the module's ``training_step`` and
-    ``on_before_optimizer_step`` where they take them; None trains on plain cross-entropy.
-    ``clip_grad_norm``: each step's gradient is clipped to this L2 norm after those hooks
-    (where Lightning's Trainer clips). ``optimizer_state`` / ``keep_optimizer_state``: an
-    algorithm that keeps a client's optimizer state between rounds.
+    ``terms`` (the algorithm's client terms, ``ClientTerms``): ``objective`` replaces the
+    module's ``training_step`` where it gives a loss (MOON, FedRoD), ``loss`` is added to the
+    step's loss, ``correct_gradients`` runs after ``backward`` and before the module's
+    ``on_before_optimizer_step``. ``clip_grad_norm``: each step's gradient is clipped to this
+    L2 norm after those (where Lightning's Trainer clips). ``optimizer_state`` /
+    ``keep_optimizer_state``: an algorithm that keeps a client's optimizer state between rounds.
     """
     module.train()
     optimizer, schedules = resolve_optimizers(module)
@@ -112,36 +118,34 @@ def train_client(
         optimizer.load_state_dict(optimizer_state)
     for group in optimizer.param_groups:
         group["lr"] = group.setdefault("initial_lr", group["lr"]) * lr_scale
-    cls = type(module)
-    step_terms = {"terms": terms} if takes_terms(cls, "training_step") else {}
-    hook_terms = {"terms": terms} if takes_terms(cls, "on_before_optimizer_step") else {}
+    step = _Step(module, optimizer, terms, clip_grad_norm, bf16)
     capture = LogCapture()
     capture_logs(module, capture)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    reset_metrics(module)
     total, steps = 0.0, 0
     n = len(train_indices)
     try:
+        step.hook("on_train_start")
         for epoch in range(epochs):
+            step.hook("on_train_epoch_start")
             order = train_indices[torch.randperm(n, generator=generator).numpy()]
-            for start in range(0, n, batch_size):
+            for batch_idx, start in enumerate(range(0, n, batch_size)):
                 batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
-                with autocast:
-                    loss = module.training_step(batch, steps, **step_terms)
-                value = float(loss.detach())
+                if step.hook("on_train_batch_start", batch, batch_idx) == -1:
+                    break  # as Lightning: -1 skips the rest of the epoch
+                value = step(batch, batch_idx)
+                if value is None:
+                    continue  # training_step returned None: Lightning skips the batch
                 if not math.isfinite(value):
                     return TrainResult(mean_loss=value, steps=steps, finite=False)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                module.on_before_optimizer_step(optimizer, **hook_terms)
-                if clip_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
-                optimizer.step()
                 total += value
                 steps += 1
                 if schedules:
                     step_schedulers(schedules, "step", steps)
+            step.hook("on_train_epoch_end")
             if schedules:
                 step_schedulers(schedules, "epoch", epoch + 1)
+        step.hook("on_train_end")
     finally:
         capture_logs(module, None)
     return TrainResult(
@@ -151,6 +155,66 @@ def train_client(
         logged=capture.means(),
         optimizer_state=optimizer.state_dict() if keep_optimizer_state else None,
     )
+
+
+class _Step:
+    """One optimizer step of a client's training: the module's loss (or the algorithm's
+    objective), the terms' loss, backward, the terms' corrections, the module's hooks, the
+    clip and the step, in the order Lightning's Trainer runs its hooks."""
+
+    def __init__(
+        self,
+        module: Any,
+        optimizer: torch.optim.Optimizer,
+        terms: ClientTerms | None,
+        clip_grad_norm: float | None,
+        bf16: bool,
+    ):
+        self.module, self.optimizer, self.clip = module, optimizer, clip_grad_norm
+        self.hooks = defined_hooks(module)
+        self.objective = getattr(terms, "objective", None)
+        self.extra = getattr(terms, "loss", None)
+        self.correct = getattr(terms, "correct_gradients", None)
+        # the parameters by name, as the terms read them (the same tensors every step)
+        self.params = dict(module.named_parameters()) if terms is not None else {}
+        self.autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        )
+        self.where = type(module).__name__
+
+    def hook(self, name: str, *args: Any) -> Any:
+        """The module's Lightning hook ``name``, where its class defines one."""
+        return getattr(self.module, name)(*args) if name in self.hooks else None
+
+    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> float | None:
+        """Train on ``batch``; its loss as a float (None: the module skipped it)."""
+        module, optimizer = self.module, self.optimizer
+        self.hook("on_before_zero_grad", optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = None if self.objective is None else self.objective(module, batch)
+            if loss is None:
+                loss = step_loss(module.training_step(batch, batch_idx), self.where)
+                if loss is None:
+                    return None
+            if self.extra is not None:
+                extra = self.extra(self.params)
+                if extra is not None:
+                    loss = loss + extra
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return value
+        self.hook("on_before_backward", loss)
+        loss.backward()
+        self.hook("on_after_backward")
+        if self.correct is not None:
+            self.correct(self.params)
+        self.hook("on_before_optimizer_step", optimizer)
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), self.clip)
+        optimizer.step()
+        self.hook("on_train_batch_end", loss, batch, batch_idx)
+        return value
 
 
 @torch.no_grad()
