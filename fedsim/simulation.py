@@ -8,6 +8,7 @@ hands the rounds to the one ``RoundLoop`` (``fedsim/rounds/``).
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,13 @@ from fedsim.rounds.compose import (
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.runtime.executor import Executor
-from fedsim.runtime.model_contract import check_model
+from fedsim.runtime.model_contract import check_model, model_notes
+from fedsim.runtime.model_fit import fit_model, sample_batch
 from fedsim.runtime.worker import WorkerSpec
 from fedsim.tracking.base import Sink
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
-from lightning_modules.registry import build_model
+from lightning_modules.registry import build_model, model_class, owns_optimizers
 
 __all__ = ["RunResult", "Simulation", "build_data", "cached_dataset"]
 
@@ -74,14 +76,16 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
 
 
 def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
-    """What the model is built with: its data's shapes, the client's SGD settings, and
-    ``model.hidden`` when set."""
+    """What fedsim builds the model with (``model.args`` apart): its data's shapes, the
+    client's SGD settings for a model that takes them (not one with its own
+    ``configure_optimizers``: it owns its optimizer), and ``model.hidden`` when set."""
     hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
+    c = cfg.client
+    own = owns_optimizers(model_class(cfg.model.name))
+    optimizer = {} if own else {"lr": c.lr, "momentum": c.momentum, "weight_decay": c.weight_decay}
     return {
         **data.dataset.model_kwargs(),  # images: in_channels, image_size; text: vocab_size, seq_len
-        "lr": cfg.client.lr,
-        "momentum": cfg.client.momentum,
-        "weight_decay": cfg.client.weight_decay,
+        **optimizer,
         **hidden,
     }
 
@@ -144,12 +148,19 @@ class Simulation:
         self.cfg = cfg
         self.data = data if data is not None else build_data(cfg)
         torch.manual_seed(cfg.seed)
-        template = build_model(cfg.model.name, **model_kwargs(cfg, self.data))
+        template = build_model(cfg.model.name, cfg.model.args, **model_kwargs(cfg, self.data))
+        sample = sample_batch(self.data)
+        # one forward: the model fits the data (one line if not); lazy layers materialize
+        fit_model(template, sample, self.data.num_classes, cfg.model.name)
         self.initial_params = flatten_module(template)
         self.federation = federation_info(template, self.data, cfg)
         algo_cls = get_algorithm_class(cfg.algorithm.name)
         self.algorithm: Algorithm = algo_cls(cfg.algorithm.params, self.federation)
-        check_model(cfg, template, self.algorithm, "cuda" if runs_on_cuda(cfg) else "cpu")
+        device = "cuda" if runs_on_cuda(cfg) else "cpu"
+        self.base_lr = check_model(cfg, template, self.algorithm, device, sample)
+        self.notes = model_notes(cfg, template, self.algorithm)
+        for note in self.notes:  # what of the user's module this algorithm does not use
+            print(f"fedsim: note: {note}", file=sys.stderr)
         d = cfg.data
         self.data = self.algorithm.prepare_data(
             self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
@@ -165,13 +176,14 @@ class Simulation:
         )  # fmt: skip
         self.round_kind = build_round_kind(
             cfg, self.algorithm, kind, self.deployment, self.data.train_sizes(), cohort_size,
-            self.sample_cohort,
+            self.sample_cohort, self.base_lr,
         )  # fmt: skip
         self.interrupted: Interruption | None = None
         c = cfg.client
         self.worker_spec = WorkerSpec(
             model_name=cfg.model.name,
             model_kwargs=model_kwargs(cfg, self.data),
+            model_args=dict(cfg.model.args),
             algorithm=self.algorithm,
             epochs=cfg.client.epochs,
             batch_size=cfg.client.batch_size,
@@ -179,7 +191,7 @@ class Simulation:
             seed=cfg.seed,
             clip_grad_norm=cfg.client.clip_grad_norm,
             epochs_by_client=None if c.epochs_by_client is None else tuple(c.epochs_by_client),
-            optimizer=c.optimizer,
+            optimizer=c.optimizer or "sgd",
             betas=(float(c.betas[0]), float(c.betas[1])),
             nesterov=c.nesterov,
             lr_schedule=c.lr_schedule,
@@ -211,7 +223,7 @@ class Simulation:
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
         loop = RoundLoop(
             self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
-            self.sample_cohort,
+            self.sample_cohort, self.base_lr,
         )  # fmt: skip
         self.loop = loop
         try:

@@ -51,22 +51,39 @@ def model_class(name: str) -> type[FLModule]:
     return import_subclass("model.name", MODELS.get(name, name), pl.LightningModule, ALLOWED)
 
 
-def build_model(name: str, **kwargs: Any) -> FLModule:
-    """Build model ``name`` with the shape keywords its data implies (images: in_channels,
-    num_classes, image_size; text: vocab_size, seq_len, num_classes), lr/momentum/wd and,
-    if given, ``hidden`` (model.hidden).
+# what fedsim itself passes to a constructor that names them: the data's shapes, the built-in
+# models' optimizer settings (client.*), model.hidden
+FROM_DATA = ("in_channels", "num_classes", "image_size", "vocab_size", "seq_len")
+FROM_CLIENT = ("lr", "momentum", "weight_decay")
 
-    An ``FLModule`` must take every one (ConfigError otherwise: the wrong kind of data); a
-    plain LightningModule gets those its constructor names (its own ``configure_optimizers``
-    sets the rest), and one that needs an argument fedsim does not have is a ConfigError.
-    ``hidden`` given to a model without such an argument is a ConfigError too."""
+
+def owns_optimizers(cls: type) -> bool:
+    """Whether ``cls`` defines its own ``configure_optimizers`` (not ``FLModule``'s, which
+    builds ``client.optimizer`` at ``client.lr``)."""
+    from lightning_modules.base import FLModule
+
+    return cls.configure_optimizers is not FLModule.configure_optimizers
+
+
+def build_model(name: str, args: dict[str, Any] | None = None, **kwargs: Any) -> FLModule:
+    """Build model ``name`` from what fedsim passes (``kwargs``: the shape keywords its data
+    implies, images in_channels, num_classes, image_size, text vocab_size, seq_len, num_classes;
+    lr/momentum/weight_decay for a model that takes ``client.*``; ``hidden``) and the user's
+    ``args`` (``model.args``), which must be names its constructor takes.
+
+    An ``FLModule`` must take every fedsim keyword (ConfigError otherwise: the wrong kind of
+    data); a plain LightningModule gets those its constructor names, and one that needs an
+    argument neither fedsim nor ``model.args`` gives is a ConfigError. ``hidden`` given to a
+    model without such an argument is a ConfigError too."""
     import inspect
 
     from fedsim.errors import ConfigError
     from lightning_modules.base import FLModule
 
     cls = model_class(name)
+    args = dict(args or {})
     params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     if "hidden" in kwargs and "hidden" not in params:
         raise ConfigError(
             "model.hidden",
@@ -74,7 +91,7 @@ def build_model(name: str, **kwargs: Any) -> FLModule:
             f"{name} takes no hidden layer sizes (only a model with a hidden argument, such "
             "as mlp, does); leave it null",
         )
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    _check_args(cls, args, kwargs, params, takes_any)
     if issubclass(cls, FLModule) and not takes_any:
         missing = [k for k in kwargs if k not in params]
         if missing:
@@ -89,12 +106,41 @@ def build_model(name: str, **kwargs: Any) -> FLModule:
         required = [
             n for n, p in list(params.items())[1:]
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            and n not in kwargs
+            and n not in kwargs and n not in args
         ]  # fmt: skip
         if required:
             raise ConfigError(
                 "model.name", name, f"{cls.__name__} requires {', '.join(required)}, which "
                 "fedsim cannot give it (it passes the data's shape: in_channels, num_classes, "
-                "image_size or vocab_size, seq_len; and lr, momentum, weight_decay)",
+                "image_size or vocab_size, seq_len): set them in model.args",
             )  # fmt: skip
-    return cls(**kwargs)
+    return cls(**kwargs, **args)
+
+
+def _check_args(
+    cls: type, args: dict[str, Any], given: dict[str, Any], params: Any, takes_any: bool
+) -> None:
+    """ConfigError for a ``model.args`` key the constructor does not take, or one fedsim
+    sets itself (the data's shapes; ``client.*`` for a model that takes them)."""
+    from fedsim.errors import ConfigError
+
+    named = [n for n in list(params)[1:] if params[n].kind not in (
+        params[n].VAR_POSITIONAL, params[n].VAR_KEYWORD)]  # fmt: skip
+    for key, value in args.items():
+        if key in FROM_DATA:
+            raise ConfigError(
+                f"model.args.{key}", value, "fedsim passes it from the data (data.name); "
+                "remove it from model.args",
+            )  # fmt: skip
+        if key == "hidden":
+            raise ConfigError(f"model.args.{key}", value, "set it as model.hidden")
+        if key in given:  # a model that takes client.*: lr, momentum, weight_decay
+            raise ConfigError(
+                f"model.args.{key}", value, f"{cls.__name__} takes its {key} from client.{key} "
+                "(its optimizer is fedsim's client.optimizer); set that instead",
+            )  # fmt: skip
+        if key not in named and not takes_any:
+            raise ConfigError(
+                f"model.args.{key}", value, f"{cls.__name__}'s constructor takes no {key} "
+                f"(it takes: {', '.join(named) or 'nothing'})",
+            )  # fmt: skip

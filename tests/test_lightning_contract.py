@@ -24,6 +24,8 @@ from fedsim.runtime.lightning_steps import resolve_optimizers, step_schedulers
 from fedsim.simulation import Simulation
 
 PLAIN = "fedsim_plugins.lightning_plain:PlainNet"
+# the quickstart sets client.lr for the built-in CNN; a module with its own optimizer owns it
+OWN = (f"model.name={PLAIN}", "client.lr=null")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -93,7 +95,7 @@ def run(tmp_path: Path, *overrides: str, name: str = "run"):
 def test_plain_lightning_module_trains_with_its_adam_and_steplr(tmp_path):
     """Adam at 1e-3 halved every epoch (StepLR): with 2 local epochs the logged lr is the
     mean of 1e-3 and 5e-4 for every client, every round (state per client and per round)."""
-    result = run(tmp_path, f"model.name={PLAIN}", "client.epochs=2")
+    result = run(tmp_path, *OWN, "client.epochs=2")
     for row in result.history[:2]:
         assert row["train/lr"] == pytest.approx(0.75e-3)
         assert math.isfinite(row["train/loss"])
@@ -104,7 +106,7 @@ def test_plain_lightning_module_trains_with_its_adam_and_steplr(tmp_path):
 
 
 def test_plain_module_derives_its_blocks_for_fedper(tmp_path):
-    sim = Simulation(quickstart(*TINY, f"model.name={PLAIN}", "algorithm.name=fedper"))
+    sim = Simulation(quickstart(*TINY, *OWN, "algorithm.name=fedper"))
     assert sim.federation.block_names == ["features", "classifier"]
     assert sim.federation.head_names == ["classifier.weight", "classifier.bias"]
     start = sim.initial_params.clone()
@@ -118,7 +120,7 @@ def test_plain_module_on_the_ray_pool_equals_the_local_executor(ray_cluster):
     from fedsim.runtime.ray_executor import RayExecutor
 
     torch.set_num_threads(1)
-    cfg = quickstart(*TINY, f"model.name={PLAIN}", "client.epochs=2")
+    cfg = quickstart(*TINY, *OWN, "client.epochs=2")
     local_sim = Simulation(cfg)
     local = local_sim.run(LocalExecutor(local_sim.worker_spec, local_sim.data))
     sim = Simulation(cfg)
@@ -134,10 +136,14 @@ def test_plain_module_on_the_ray_pool_equals_the_local_executor(ray_cluster):
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ([f"model.name={PLAIN}", "algorithm.name=fedprox", "algorithm.mu=0.01"],
-         "algorithm.name=fedprox adds client terms"),
-        ([f"model.name={PLAIN}", "client.optimizer=adamw"],
+        ([f"model.name={PLAIN}"],
+         "client.lr=0.05: PlainNet defines its own configure_optimizers, which fedsim uses as "
+         "it is: remove client.lr \\(or set it to null\\) and set lr in its "
+         "configure_optimizers, or pass it to its constructor with model.args.lr"),
+        ([*OWN, "client.optimizer=adamw"],
          "client.optimizer='adamw': PlainNet defines its own configure_optimizers"),
+        ([*OWN, "client.momentum=0.9"], "client.momentum=0.9: PlainNet defines its own"),
+        ([*OWN, "model.args.lr=0.1"], "model.args.lr=0.1: PlainNet's constructor takes no lr"),
         (["client.precision=bf16-mixed", "runtime.device=cpu"], "client.precision='bf16-mixed'"),
         (["client.betas=[0.5,0.9]"], "acts only with client.optimizer=adam|adamw"),
         (["client.lr_decay=0.9"], "acts only with client.lr_schedule=exponential"),
@@ -164,10 +170,10 @@ def test_client_optimizer_on_built_in_models(optimizer, tmp_path):
     ],
 )
 def test_lr_schedule_is_applied_per_round_and_recorded(schedule, expected, tmp_path):
-    logged = run(tmp_path, f"model.name={PLAIN}", "rounds=3", "client.lr=0.05", *schedule)
-    # PlainNet's own Adam lr (1e-3) is scaled by the round's factor too
+    logged = run(tmp_path, *OWN, "rounds=3", *schedule)
+    # PlainNet's own Adam lr (1e-3) is scaled by the round's factor, and recorded as its own
     lrs = [h["lr"] for h in logged.history[:3]]
-    assert lrs == pytest.approx(expected)
+    assert lrs == pytest.approx([1e-3 * e / 0.05 for e in expected])
     factors = [h["train/lr"] / 1e-3 for h in logged.history[:3]]  # 1 epoch: StepLR not stepped yet
     assert factors == pytest.approx([e / 0.05 for e in expected])
     assert "lr" not in run(tmp_path, "client.lr=0.05", name="constant").history[0]

@@ -20,6 +20,7 @@ from fedsim.checks import field_check, field_group
 from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
+from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.sections import AlgorithmConfig
 from fedsim.errors import ConfigError
 
@@ -124,6 +125,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
         )
     params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    resolve_optimizer_keys(cfg)
     check_effective(cfg)
     return cfg
 

@@ -115,6 +115,15 @@ class ModelConfig:
         ),
         "a non-empty list of integers >= 1 (or null: the model's default)",
     )
+    # keyword arguments of the model's constructor (LightningCLI's init_args), e.g. a plain
+    # LightningModule's own lr: {lr: 0.001}; recorded in config.yaml, searchable by fedsim tune
+    args: dict = checked(
+        predicate=lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and k.isidentifier() for k in v
+        ),
+        allowed="a mapping of constructor argument names to values, e.g. {lr: 0.001}",
+        factory=dict,
+    )  # fmt: skip
 
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -147,9 +156,14 @@ class ClientConfig:
     epochs_by_client: list | None = checked(
         None, _epochs_ok, "must be a non-empty list of integers >= 1 (or null)"
     )
-    lr: float = checked(0.005, lambda v: v > 0, "must be > 0")  # client learning rate
-    optimizer: str = checked(  # sgd | adam | adamw (built-in models; a module's own wins)
-        "sgd", lambda v: v in OPTIMIZERS, f"allowed: {', '.join(OPTIMIZERS)}"
+    # the client learning rate; null: 0.005 for a model that takes client.* (the built-ins),
+    # and for a module with its own configure_optimizers, its own (set it with model.args)
+    lr: float | None = checked(
+        None, lambda v: v is None or v > 0, "must be > 0 (or null: the model's default)"
+    )
+    # sgd | adam | adamw; null: sgd for the built-ins, a module's own configure_optimizers
+    optimizer: str | None = checked(
+        None, lambda v: v is None or v in OPTIMIZERS, f"allowed: {', '.join(OPTIMIZERS)}"
     )
     batch_size: int = checked(10, lambda v: v >= 1, "must be >= 1")  # training batch size
     momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum

@@ -125,7 +125,7 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
     training in its own loop (``Algorithm.trains_in_own_loop``: plain SGD) never runs."""
     c, name = cfg.client, cfg.algorithm.name
     ignored = [
-        ("client.optimizer", c.optimizer, c.optimizer != "sgd"),
+        ("client.optimizer", c.optimizer, c.optimizer not in (None, "sgd")),
         ("client.momentum", c.momentum, c.momentum != 0),
         ("client.nesterov", c.nesterov, bool(c.nesterov)),
         ("client.weight_decay", c.weight_decay, c.weight_decay != 0),
@@ -183,13 +183,16 @@ def build_round_kind(
     train_sizes: np.ndarray,
     cohort: int,
     sample_cohort: Callable[[int], list[int]],
+    base_lr: float | None = None,
 ) -> RoundKind:
-    """The round kind ``kind`` for this run (checked by ``check_round_kind`` first)."""
+    """The round kind ``kind`` for this run (checked by ``check_round_kind`` first);
+    ``base_lr``: the clients' learning rate before the schedule (None: ``client.lr``)."""
     if kind == "exchange":
         c = cfg.client
+        base = c.lr if base_lr is None else base_lr
 
         def lr(round_idx: int) -> float:
-            return c.lr * lr_scale(c.lr_schedule, c.lr_decay, cfg.rounds, round_idx)
+            return base * lr_scale(c.lr_schedule, c.lr_decay, cfg.rounds, round_idx)
 
         return ExchangeRounds(algorithm, cfg.seed, lr, c.batch_size)
     if kind == "buffered":

@@ -49,8 +49,12 @@ class RoundLoop:
         deployment: Deployment,
         num_classes: np.ndarray,
         sample_cohort: Callable[[int], list[int]],
+        base_lr: float | None = None,
     ):
+        """``base_lr``: the learning rate clients start each round from before
+        ``client.lr_schedule`` (None: ``client.lr``; a module's own optimizer sets its own)."""
         self.cfg, self.algorithm, self.kind, self.deployment = cfg, algorithm, kind, deployment
+        self.base_lr = cfg.client.lr if base_lr is None else base_lr
         self.num_classes = num_classes  # classes each client holds (clients.csv)
         self.sample_cohort = sample_cohort
         self.num_clients = len(num_classes)
@@ -113,7 +117,7 @@ class RoundLoop:
         c = self.cfg.client
         if plan.training and c.lr_schedule != "constant":  # the lr every client used
             scale = lr_scale(c.lr_schedule, c.lr_decay, self.cfg.rounds, plan.round)
-            summary["lr"] = c.lr * scale
+            summary["lr"] = self.base_lr * scale
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)

@@ -1,53 +1,68 @@
 """What fedsim needs of a run's LightningModule, checked when the run is built (one line each).
 
-A plain ``LightningModule`` trains as Lightning users write it: its own
-``configure_optimizers`` (any form Lightning accepts, ``lightning_steps.py``), a
-``training_step(batch, batch_idx)`` on ``(x, y)`` batches, ``forward(x)`` giving logits, its
-blocks derived from its top-level children. What fedsim cannot honour for such a module is
-refused here, naming the key and why: client optimizer keys its own ``configure_optimizers``
-overrides, an algorithm's client terms it has no ``terms`` keyword for, bf16 on a CPU.
+Any ``LightningModule`` trains as Lightning users write it: its own ``configure_optimizers``
+(any form Lightning accepts, ``lightning_steps.py``), a ``training_step(batch, batch_idx)``
+on ``(x, y)`` batches, ``forward(x)`` giving logits, its blocks derived from its top-level
+children. Every algorithm's client terms are applied by fedsim's loop around that
+``training_step``, so the module needs nothing more, except what an algorithm declares in
+``Algorithm.model_needs`` (MOON and FedRoD: ``features(x)``). Refused here, naming the key
+and why: a method an algorithm needs, bf16 on a CPU (``client.*`` optimizer keys a module
+with its own ``configure_optimizers`` would ignore are refused with the config:
+``fedsim/config/model_optimizer.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from fedsim.config import ExperimentConfig
 from fedsim.errors import ConfigError
-from fedsim.runtime.lightning_steps import resolve_optimizers, takes_terms
-from lightning_modules.base import FLModule
-from lightning_modules.blocks import block_names
+from fedsim.runtime.lightning_steps import defines_hook, resolve_optimizers
+from fedsim.runtime.model_fit import check_features
+from lightning_modules.blocks import block_names, output_layer
+from lightning_modules.registry import owns_optimizers
 
-OPTIMIZER_KEYS = ("optimizer", "momentum", "nesterov", "betas", "weight_decay")
+FEATURES_EXAMPLE = (
+    "def features(self, x): return <what the output layer reads>; and forward(x) = "
+    "output_layer(features(x))"
+)
 
 
 def own_optimizers(module: Any) -> bool:
     """Whether the module's class defines ``configure_optimizers`` itself (not FLModule's)."""
-    return type(module).configure_optimizers is not FLModule.configure_optimizers
+    return owns_optimizers(type(module))
 
 
-def check_model(cfg: ExperimentConfig, module: Any, algorithm: Any, device: str) -> None:
-    """ConfigError for what this run asks of ``module`` that it cannot give (see module doc)."""
+def check_needs(cfg: ExperimentConfig, module: Any, algorithm: Any, sample: Any) -> None:
+    """ConfigError for a method ``algorithm.model_needs`` that the module does not define."""
     name = type(module).__name__
-    if own_optimizers(module):
-        defaults = {f.name: f.default for f in dataclasses.fields(cfg.client)}
-        defaults["betas"] = [0.9, 0.999]
-        for key in OPTIMIZER_KEYS:
-            if getattr(cfg.client, key) != defaults[key]:
-                raise ConfigError(
-                    f"client.{key}", getattr(cfg.client, key),
-                    f"{name} defines its own configure_optimizers, which wins; set the "
-                    "optimizer there, or remove this key",
-                )  # fmt: skip
-    resolve_optimizers(module)  # its return value is one Lightning accepts, one optimizer
-    if algorithm.uses_client_terms() and not takes_terms(type(module), "training_step"):
+    for need in algorithm.model_needs:
+        if not callable(getattr(module, need, None)):
+            raise ConfigError(
+                "model.name", cfg.model.name,
+                f"algorithm.name={cfg.algorithm.name} calls {name}.{need}(x), which it does "
+                f"not define; add it ({FEATURES_EXAMPLE})",
+            )  # fmt: skip
+        if need == "features" and sample is not None:
+            check_features(module, sample, output_layer(module), cfg.model.name)
+
+
+def check_model(
+    cfg: ExperimentConfig, module: Any, algorithm: Any, device: str, sample: Any = None
+) -> float:
+    """ConfigError for what this run asks of ``module`` that it cannot give (see module doc);
+    the learning rate clients start each round from (``client.lr``, or the module's own
+    optimizer's: also the step size of an algorithm that steps SGD itself, SP-CACW)."""
+    name = type(module).__name__
+    own = own_optimizers(module)
+    if own and not defines_hook(type(module), "configure_optimizers"):
         raise ConfigError(
             "model.name", cfg.model.name,
-            f"algorithm.name={cfg.algorithm.name} adds client terms to every training step, and "
-            f"{name}.training_step takes no terms= keyword: subclass "
-            "lightning_modules.base.FLModule, or accept terms=None and add terms.loss(params)",
+            f"{name} defines no configure_optimizers (Lightning needs one too); add it, or "
+            "subclass lightning_modules.base.FLModule to train with client.optimizer",
         )  # fmt: skip
+    optimizer, _ = resolve_optimizers(module)  # its return value is one Lightning accepts
+    check_needs(cfg, module, algorithm, sample)
     if not block_names(module):
         raise ConfigError("model.name", cfg.model.name, f"{name} has no block with parameters")
     if cfg.client.precision == "bf16-mixed" and not str(device).startswith("cuda"):
@@ -55,3 +70,37 @@ def check_model(cfg: ExperimentConfig, module: Any, algorithm: Any, device: str)
             "client.precision", "bf16-mixed",
             "autocasts on CUDA only; on a CPU bfloat16 is slower than float32 here: use 32",
         )  # fmt: skip
+    if not own:
+        return float(cfg.client.lr)
+    group = optimizer.param_groups[0]
+    return float(group.get("initial_lr", group["lr"]))
+
+
+def model_notes(cfg: ExperimentConfig, module: Any, algorithm: Any) -> list[str]:
+    """One line each for a part of the user's module that this algorithm does not use (it is
+    not an error: the algorithm's rule defines the client's training)."""
+    from lightning_modules.base import FLModule
+
+    name, algo = type(module).__name__, f"algorithm.name={cfg.algorithm.name}"
+    own_step = type(module).training_step is not FLModule.training_step
+    notes = []
+    if algorithm.own_objective and own_step and _objective_on(cfg):
+        notes.append(
+            f"{algo} trains on its own objective ({algorithm.own_objective}); "
+            f"{name}.training_step is not called"
+        )
+    own = own_optimizers(module)
+    if (algorithm.trains_in_own_loop or algorithm.trains_by_exchange) and (own or own_step):
+        how = "in its own loop" if algorithm.trains_in_own_loop else "by gradient exchange"
+        unused = [f"{name}'s optimizer"] * own + [f"{name}.training_step"] * own_step
+        lr = f"{name}'s own learning rate" if own else "client.lr"
+        notes.append(
+            f"{algo} steps plain SGD on cross-entropy gradients {how} (its update rule) at "
+            f"{lr}; {' and '.join(unused)} {'are' if len(unused) > 1 else 'is'} not used"
+        )
+    return notes
+
+
+def _objective_on(cfg: ExperimentConfig) -> bool:
+    """MOON with mu 0 trains on cross-entropy through training_step (it is FedAvg)."""
+    return getattr(cfg.algorithm.params, "mu", 1) != 0

@@ -27,6 +27,7 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.runtime.gradient_work import curvature, stacked_gradients, vmappable
+from fedsim.runtime.model_fit import fit_model, sample_batch
 from fedsim.runtime.probe import WorkerProbe
 from fedsim.runtime.training import (
     EvalResult,
@@ -53,7 +54,7 @@ class WorkerSpec:
     """Everything a worker needs to build its module (picklable; the data travels apart)."""
 
     model_name: str
-    model_kwargs: dict[str, Any]
+    model_kwargs: dict[str, Any]  # what fedsim passes: the data's shapes, client.* for FLModule
     algorithm: Algorithm
     epochs: int
     batch_size: int
@@ -70,6 +71,7 @@ class WorkerSpec:
     lr_decay: float = 1.0
     rounds: int = 1
     bf16: bool = False  # client.precision=bf16-mixed
+    model_args: dict[str, Any] = field(default_factory=dict)  # model.args (the constructor's)
 
     def client_epochs(self, client: int) -> int:
         """The local epochs of ``client`` (``client.epochs_by_client`` cycled, else epochs)."""
@@ -130,7 +132,10 @@ class ClientWorker:
             torch.set_num_threads(spec.num_threads)
         self.spec, self.data = spec, data
         self.device = torch.device(spec.device)
-        module = build_model(spec.model_name, **spec.model_kwargs).to(self.device)
+        module = build_model(spec.model_name, spec.model_args, **spec.model_kwargs)
+        module = module.to(self.device)
+        # lazy layers take their shapes from one sample batch, as on the driver
+        fit_model(module, sample_batch(data, self.device), data.num_classes, spec.model_name)
         if isinstance(module, FLModule):  # client.optimizer for the built-in optimizers
             module.optimizer_name, module.betas = spec.optimizer, tuple(spec.betas)
             module.nesterov = spec.nesterov
@@ -277,6 +282,8 @@ class ClientWorker:
                 task.upload, upload, plan.train_params, uploaded, round_idx, client
             )
         update = self.algorithm.client_finish(plan, uploaded, task.state, info)
+        # what labelled extra passes recorded (Ditto's personal pass), beside the main pass's
+        out.logged = {**out.logged, **getattr(info.probe, "logged", {})}
         out.train_seconds = time.perf_counter() - began  # with the algorithm's own passes
         if update.train_loss is not None:  # trained in the algorithm's own loop
             out.train_loss = update.train_loss
