@@ -60,7 +60,7 @@ class FakeProbe:
         n = len(indices) if indices is not None else 10
         return Result(correct=0, loss_sum=self.loss_of(params) * n, num_samples=n)
 
-    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0):
+    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0, label=None):
         self.calls.append({"params": params.clone(), "terms": terms, "key": key})
         return (params + self.target) / 2, 0.1
 

@@ -151,7 +151,7 @@ class RecordingProbe:
     def __init__(self, layout: ParamLayout):
         self.layout, self.calls = layout, []
 
-    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0):
+    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0, label=None):
         self.calls.append({"epochs": epochs, "frozen": list(frozen or [])})
         out = params.clone()
         out[~self.layout.mask(list(frozen or []))] += epochs

@@ -134,7 +134,7 @@ class TrainProbe:
     def __init__(self):
         self.calls = []
 
-    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0):
+    def train(self, params, *, epochs=1, terms=None, frozen=None, indices=None, key=0, label=None):
         self.calls.append((epochs, frozen))
         out = params.clone()
         grid = ParamLayout(split_fed().layout.entries)

@@ -34,6 +34,7 @@ class WorkerProbe:
     def __init__(self, worker: Any, client: int, round_idx: int):
         """``worker``: the ``ClientWorker`` (its module, flat buffer, data, spec)."""
         self.worker, self.client, self.round_idx = worker, client, round_idx
+        self.logged: dict[str, float] = {}  # what labelled extra passes recorded (train/...)
         split = worker.data.clients[client]
         self.train_indices, self.test_indices = split.train, split.test
 
@@ -82,6 +83,7 @@ class WorkerProbe:
         frozen: list[str] | None = None,
         indices: np.ndarray | None = None,
         key: int = 0,
+        label: str | None = None,
     ) -> tuple[torch.Tensor, float]:
         """An extra local training pass from ``params`` (see ``ClientProbe.train``)."""
         worker = self.worker
@@ -106,6 +108,9 @@ class WorkerProbe:
                 lr_scale=worker.spec.lr_scale(self.round_idx),
                 bf16=worker.spec.bf16,
             )
+        if label:  # the pass's own metrics, beside the main pass's: train/<label>/...
+            self.logged[f"{label}/train_loss"] = result.mean_loss
+            self.logged.update({f"{label}/{k}": v for k, v in result.logged.items()})
         trained = worker._trained_params()
         if frozen_set:  # float buffers (BatchNorm statistics) of the frozen part too
             keep_frozen(trained, params, worker.layout, frozen)
