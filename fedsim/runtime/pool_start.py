@@ -32,6 +32,9 @@ class StartedPool:
     actors: list[Any]
     owns_ray: bool  # this process started Ray: shut it down when done
     timeline: dict[str, float] = field(default_factory=dict)  # time.time() at each start step
+    # what the actors were started with (the user's shipped modules): a pool handed back by
+    # ``RayExecutor.detach_pool`` is reused as it is when the next run needs the same
+    runtime_env: dict[str, Any] = field(default_factory=dict)
 
     def actor_class(self, runtime_env: dict[str, Any] | None = None) -> Any:
         """The pool's actor class with its resources (and ``runtime_env``, if any)."""

@@ -75,10 +75,11 @@ class RayExecutor(Executor):
             self._spec_ref = ray.put(self._spec)
             self.runtime_env = plugin_runtime_env(spec, data)
             self._actor_class = self._pool.actor_class(self.runtime_env)
-            if self.runtime_env:  # started without the user's modules: start them again
+            if self.runtime_env != self._pool.runtime_env:  # without the user's modules
                 for actor in self._pool.actors:
                     kill_actor(actor)
                 self._pool.actors = [self._actor_class.remote() for _ in range(self.num_workers)]
+                self._pool.runtime_env = self.runtime_env
             self._actors, self._pool.actors = self._pool.actors, []
             for actor in self._actors:
                 self._setup(actor)
@@ -117,6 +118,17 @@ class RayExecutor(Executor):
         actor = self._actor_class.remote()
         self._setup(actor)
         return actor
+
+    def detach_pool(self) -> StartedPool:
+        """Hand the live actors back as a pool for another run (a sweep of short runs pays
+        the actors' start once; each run gives them its own spec and data). This executor
+        is closed afterwards; the pool's ``close`` kills the actors."""
+        if self._pool is None or not self._actors or None in self._actors:
+            raise RuntimeError("no whole pool to hand back (closed, or a worker is gone)")
+        pool, self._pool = self._pool, None
+        pool.actors, self._actors = self._actors, []
+        self._data_ref = None
+        return pool
 
     def close(self) -> None:
         """Kill the actors; shut down (or disconnect from) Ray if this executor started it."""
