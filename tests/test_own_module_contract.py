@@ -147,3 +147,72 @@ def test_terms_act_on_the_plain_module(algorithm: str, off: list[str], on: list[
     without = run(config(algorithm, "plain", *off))[0].history
     with_terms = run(config(algorithm, "plain", *on))[0].history
     assert without[-1]["loss"] != pytest.approx(with_terms[-1]["loss"], rel=1e-3)
+
+
+# --- bytes: what each algorithm's protocol sends, counted by hand (units of the model) ---
+def _full(u, new):
+    return u.P, u.P
+
+
+PROTOCOL_BYTES = {  # (down, up) of one trained client; ``new``: its first round
+    **dict.fromkeys(
+        ["fedavg", "fedavgm", "fedprox", "fedvg", "moon", "apfl",
+         "pfedme", "perfedavg", "ditto", "fedamp", "oracle", "fc", "feddyn"], _full
+    ),  # fmt: skip  (FedDyn: its drift is derived on the server; Oracle, FC: one cluster's model)
+    "fednova": lambda u, new: (u.P, u.P + 4),  # + its normalizing step count (float32)
+    "feddisco": lambda u, new: (u.P, u.P + 8 * u.classes),  # + its class counts (int64)
+    "fedbabu": lambda u, new: (u.P, u.P - u.H),  # keeps nothing: the frozen head comes along
+    "scaffold": lambda u, new: (2 * u.P, 2 * u.P),  # model + c; update + c_i's change
+    "ifca": lambda u, new: (2 * u.P, u.P),  # both cluster models (algorithm.clusters=2)
+    "fedper": lambda u, new: (u.P if new else u.P - u.H, u.P - u.H),  # base only, once held
+    "fedrep": lambda u, new: (u.P if new else u.P - u.H, u.P - u.H),
+    "lgfedavg": lambda u, new: (u.P if new else u.H, u.H),  # the shared top only
+    "fedbn": lambda u, new: (u.P if new else u.P - u.BN, u.P - u.BN),  # all but BatchNorm
+    "fedrod": lambda u, new: (u.P + (u.H if new else 0), u.P),  # + the initial head, once
+    "local": lambda u, new: (u.P if new else 0, 0),  # the initial model, once
+    "cwfedavg": lambda u, new: (u.P + u.classes * u.H + u.r, u.P + 4 * u.classes),
+}
+# FedFomo's later rounds depend on how many peer models each client receives (its own tests);
+# SP-CACW trains by exchange and counts its gradient pairs (tests/test_spcacw.py)
+FIRST_ROUND_ONLY, OWN_ACCOUNTING = {"fedfomo": _full}, {"spcacw"}
+
+
+@dataclasses.dataclass
+class Units:
+    P: int  # the whole model, bytes
+    H: int  # the output layer
+    BN: int  # BatchNorm parameters and statistics
+    classes: int
+    r: int  # cwFedAvg's initial class weights
+
+
+@pytest.mark.parametrize("algorithm", BUILT_IN)
+def test_bytes_are_what_the_protocol_sends(algorithm: str) -> None:
+    assert algorithm in {**PROTOCOL_BYTES, **FIRST_ROUND_ONLY} or algorithm in OWN_ACCOUNTING, (
+        f"say what {algorithm} sends per client in PROTOCOL_BYTES"
+    )
+    if algorithm in OWN_ACCOUNTING:
+        pytest.skip(f"{algorithm} counts its own exchange")
+    cfg = config(algorithm, "builtin")
+    simulation = Simulation(cfg, build_data(cfg, tiny_dataset()))
+    fed = simulation.federation
+    numel = {e.name: e.numel for e in fed.layout.entries}
+    result = local_run(algorithm, "builtin")
+    r = result.state.get("initial_r") if isinstance(result.state, dict) else None
+    units = Units(
+        P=4 * fed.layout.total,
+        H=4 * sum(numel[n] for n in fed.head_names),
+        BN=4 * sum(numel[n] for n in fed.batchnorm_names),
+        classes=fed.num_classes,
+        r=0 if r is None else r.numel() * r.element_size(),
+    )
+    rule = PROTOCOL_BYTES.get(algorithm) or FIRST_ROUND_ONLY[algorithm]
+    rounds = 1 if algorithm in FIRST_ROUND_ONLY else 2
+    seen: set[int] = set()
+    for round_idx in range(rounds):
+        cohort = simulation.sample_cohort(round_idx)
+        expected = [rule(units, c not in seen) for c in cohort]
+        summary = result.history[round_idx]
+        assert summary["bytes_down"] == sum(d for d, _ in expected), (round_idx, summary)
+        assert summary["bytes_up"] == sum(u for _, u in expected), (round_idx, summary)
+        seen.update(cohort)

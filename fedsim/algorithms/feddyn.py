@@ -29,6 +29,7 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.param_views import NamedViews, device_of
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.server_optimizer import ServerOptimizer
+from fedsim.sizes import nbytes
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
@@ -109,6 +110,11 @@ class FedDyn(FedAvg):
         update.sums["drift"] = (1.0, drift)
         update.state = {"h": h_new}
         return update
+
+    def upload_nbytes(self, update: ClientUpdate) -> int:
+        """The trained model only: the server derives the drift w_i - g from it and the g it
+        sent (the drift sum is the simulator's shortcut, not an upload)."""
+        return nbytes([value for key, (_, value) in update.sums.items() if key != "drift"])
 
     def server_step(
         self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]

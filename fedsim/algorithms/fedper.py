@@ -46,6 +46,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
+from fedsim.sizes import nbytes
 from lightning_modules.flat_params import ParamLayout
 
 FINETUNE_KEY = 11  # seeds the fine-tune pass apart from the main training
@@ -204,6 +205,17 @@ class FedPer(Algorithm):
         if self.base_ranges[k]:
             sums[f"base_k{k}"] = (weight, gather(trained, self.base_ranges[k]))
         return ClientUpdate(sums=sums, state={"personal": gather(trained, self.personal_ranges[k])})
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """The base layers to a client that holds its personal layers; the whole model to one
+        without them yet (its first round after the cold start, and every cold-start round)."""
+        if state is None:
+            return super().download_nbytes(broadcast, payload, state)
+        params = broadcast["params"]
+        base = params.numel() - state["personal"].numel()
+        return base * params.element_size() + nbytes(payload)
 
     def model_upload(self, client: ClientInfo) -> ModelUpload:
         """The base layers only (the whole model in cold-start rounds)."""

@@ -36,3 +36,9 @@ class LocalOnly(Algorithm):
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate(state={"params": trained.clone()})
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """The initial model on a client's first round; nothing after (it trains its own)."""
+        return super().download_nbytes(broadcast, payload, state) if state is None else 0

@@ -35,6 +35,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.algorithms.fedper import flat_ranges, gather, scatter
+from fedsim.sizes import nbytes
 
 
 class SharedPart(Algorithm):
@@ -116,6 +117,19 @@ class SharedPart(Algorithm):
         if self.keeps_personal and self.personal_ranges:
             update.state = {"personal": gather(trained, self.personal_ranges)}
         return update
+
+    def download_nbytes(
+        self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
+    ) -> int:
+        """The shared entries to a client that holds its personal part; the whole model to
+        one that does not have it yet (its first round: the personal part starts from the
+        initial model)."""
+        if not (self.keeps_personal and self.personal_ranges and state is not None):
+            return super().download_nbytes(broadcast, payload, state)
+        params = broadcast["params"]
+        shared = sum(b - a for a, b in self.shared_ranges) * params.element_size()
+        rest = {k: v for k, v in broadcast.items() if k != "params"}
+        return shared + nbytes(rest) + nbytes(payload)
 
     def model_upload(self, client: ClientInfo) -> ModelUpload | None:
         """The shared entries; the ``shared`` sum is their mean."""
