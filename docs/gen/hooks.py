@@ -32,7 +32,8 @@ def outside_target(page_src: str, target: str, docs_dir: Path, repo: Path) -> Pa
     absolute = (docs_dir / joined).resolve()
     if absolute.is_relative_to(docs_dir.resolve()):
         return None
-    return absolute.relative_to(repo.resolve()) if absolute.is_relative_to(repo.resolve()) else absolute
+    root = repo.resolve()
+    return absolute.relative_to(root) if absolute.is_relative_to(root) else absolute
 
 
 def rewrite_line(line: str, page_src: str, docs_dir: Path, repo: Path, repo_url: str) -> str:
@@ -52,7 +53,8 @@ def rewrite_line(line: str, page_src: str, docs_dir: Path, repo: Path, repo_url:
             return match.group("text")
         kind = "tree" if (repo / found).is_dir() else "blob"
         anchor = "#" + target.split("#", 1)[1] if "#" in target else ""
-        return f"[{match.group('text')}]({repo_url.rstrip('/')}/{kind}/main/{found.as_posix()}{anchor})"
+        url = f"{repo_url.rstrip('/')}/{kind}/main/{found.as_posix()}{anchor}"
+        return f"[{match.group('text')}]({url})"
 
     return LINK.sub(replace, line)
 
@@ -67,5 +69,6 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
             fenced = not fenced
             out.append(line)
             continue
-        out.append(line if fenced else rewrite_line(line, page.file.src_uri, docs_dir, repo, repo_url))
+        src = page.file.src_uri
+        out.append(line if fenced else rewrite_line(line, src, docs_dir, repo, repo_url))
     return "\n".join(out)

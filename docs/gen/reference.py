@@ -175,6 +175,7 @@ BASE = [
     "runtime.device=cpu",
 ]
 NEEDS = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"]}
+NEEDS_BATCHNORM = ("fedbn",)
 OPTIONS = {  # column: the overrides that turn the option on (as docs/deployment.md uses them)
     "asynchronous": ["asynchronous.enabled=true", "asynchronous.buffer_size=4"],
     "clipping": ["privacy.clip_norm=1"],
@@ -185,6 +186,8 @@ OPTIONS = {  # column: the overrides that turn the option on (as docs/deployment
     "label-flip attack": ["attack.kind=label_flip"],
     "robust rule": ["aggregation.rule=median"],
     "step clipping": ["client.clip_grad_norm=1"],
+    # a LightningModule with no fedsim base class (examples/fedsim_plugins/lightning_plain.py)
+    "plain LightningModule": ["model.name=fedsim_plugins.lightning_plain:PlainNet"],
 }
 
 
@@ -210,12 +213,19 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
     from fedsim.simulation import build_data
 
     torch.set_num_threads(1)
+    if str(REPO / "examples") not in sys.path:
+        sys.path.append(str(REPO / "examples"))
     data = build_data(load_config(None, BASE))
     rows = {}
     for name in algorithm_names():
         own = [*BASE, f"algorithm.name={name}", *NEEDS.get(name, [])]
+        own = [o for o in own if not o.startswith("model.name=")] + [
+            o for o in own if o.startswith("model.name=")
+        ]
         assert outcome(own, data) == "ok", f"{name} alone: {outcome(own, data)}"
         rows[name] = {col: outcome([*own, *extra], data) for col, extra in OPTIONS.items()}
+        if name in NEEDS_BATCHNORM:  # the example module has no BatchNorm: not about plainness
+            rows[name]["plain LightningModule"] = "n/a"
     return list(OPTIONS), rows
 
 
@@ -250,7 +260,7 @@ def takes(column: str) -> list[str]:
 
 
 def refuses(column: str) -> list[str]:
-    return [n for n, cells in compatibility()[1].items() if cells[column] != "ok"]
+    return [n for n, cells in compatibility()[1].items() if cells[column] not in ("ok", "n/a")]
 
 
 def compatibility_page() -> str:
@@ -269,7 +279,8 @@ def compatibility_page() -> str:
         "refuses it.",
         "",
         "`yes`: the combination builds and runs; `no (N)`: refused, for reason N below the "
-        "table.",
+        "table; `n/a`: the example plain module has no BatchNorm layer, which FedBN needs "
+        "whatever the module.",
         "",
         "| `algorithm.name` | " + " | ".join(columns) + " |",
         "|---" * (len(columns) + 1) + "|",
@@ -280,6 +291,9 @@ def compatibility_page() -> str:
         for col in columns:
             if cells[col] == "ok":
                 shown.append("yes")
+                continue
+            if cells[col] == "n/a":
+                shown.append("n/a")
                 continue
             why = reason(cells[col], name)
             if why not in reasons:
@@ -323,6 +337,9 @@ def option_lists() -> str:
             "labels): every algorithm but " + _names(refuses("label-flip attack")) + ".",
             "- Per-step gradient clipping (`client.clip_grad_norm`): every algorithm but "
             + _names(refuses("step clipping")) + ".",
+            "- A plain LightningModule (no fedsim base class; see the own-model how-to): "
+            + _names(takes("plain LightningModule")) + "; refused by "
+            + _names(refuses("plain LightningModule")) + ".",
         ]
     )
 
