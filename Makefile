@@ -36,7 +36,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples
+	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples docs/gen
 
 # The documentation site (mkdocs-material) into site/; `make docs-check` is the strict build
 # CI runs. docs-ref regenerates the reference pages made from the code (config keys, CLI,
