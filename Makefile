@@ -5,8 +5,9 @@ STAMP := $(VENV)/.installed-stamp
 FASHION := /usr/share/datasets/fashion-mnist
 export RAY_AUTH_MODE ?= disabled
 export WANDB_MODE ?= offline
+export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: setup data demo test test-fast lint bench clean
+.PHONY: setup data demo test test-fast lint bench clean docs docs-ref docs-check
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,14 +28,29 @@ demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml
 
 # Everything (CI). test-fast: the edit loop, without the tests marked slow (real training).
-test: setup
+# The site is built first, strictly: a broken link or anchor in docs/ fails CI (a few seconds).
+test: setup docs-check
 	$(PY) -m pytest -q
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples
+	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples docs/gen
+
+# The documentation site (mkdocs-material) into site/; `make docs-check` is the strict build
+# CI runs. docs-ref regenerates the reference pages made from the code (config keys, CLI,
+# which algorithm takes which option): run it after changing a config key, a --help text or
+# an algorithm; tests/test_docs_reference.py fails while they are stale.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-check: setup
+	@d=$$(mktemp -d); $(VENV)/bin/mkdocs build --strict --quiet --site-dir $$d; s=$$?; \
+	  rm -rf $$d; exit $$s
+
+docs-ref: setup
+	$(PY) docs/gen/reference.py
 
 bench: setup
 	$(PY) benchmarks/overhead.py
@@ -43,4 +59,4 @@ bench: setup
 	$(PY) benchmarks/round_time.py
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs site .pytest_cache .ruff_cache

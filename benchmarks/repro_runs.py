@@ -30,6 +30,9 @@ def run_one(config: Path, seed: int, rounds: int, out: Path) -> tuple[Path, floa
     command = [
         sys.executable, "-m", "fedsim.cli", "run", str(config),
         f"seed={seed}", f"rounds={rounds}", f"name={config.stem}-s{seed}",
+        # one single-threaded process per run, several at once: this runner parallelizes
+        # over runs, so each run stays in its process (the configs default to Ray's pool)
+        "runtime.executor=local",
         "--out", str(run_dir), "--no-progress",
     ]  # fmt: skip
     began = time.perf_counter()

@@ -75,6 +75,9 @@ def run_one(row: str, lr: float, seed: int, rounds: int, out: Path) -> tuple[Pat
     command = [
         sys.executable, "-m", "fedsim.cli", "run", str(config_path(row)),
         f"seed={seed}", f"rounds={rounds}", f"algorithm.server_lr={lr}",
+        # one single-threaded process per run, several at once: this runner parallelizes
+        # over runs, so each run stays in its process (the configs default to Ray's pool)
+        "runtime.executor=local",
         f"name={folder.name}", "--out", str(folder), "--no-progress",
     ]  # fmt: skip
     began = time.perf_counter()

@@ -165,6 +165,9 @@ def run_one(setting: str, row: str, seed: int, out: Path) -> tuple[str, float, i
     command = [
         sys.executable, "-m", "fedsim.cli", "run", str(config_for(setting, row)),
         *overrides, *extra, f"seed={seed}", f"rounds={rounds}", "checkpoint_every=0",
+        # one single-threaded process per run, several at once: this runner parallelizes
+        # over runs, so each run stays in its process (the configs default to Ray's pool)
+        "runtime.executor=local",
         f"name={run_dir.name}", "--out", str(run_dir), "--no-progress",
     ]  # fmt: skip
     began = time.perf_counter()

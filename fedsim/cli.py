@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run an experiment from a YAML config",
         description="Run an experiment. Every config key, its default and allowed values: "
-        "'fedsim keys' (or 'fedsim keys data', 'fedsim keys fedper'); also in the README.",
+        "'fedsim keys' (or 'fedsim keys data', 'fedsim keys fedper'); also in the docs, "
+        "docs/reference/config-keys.md (generated from the same source).",
     )
     run.add_argument("config", help="YAML experiment config")
     run.add_argument(

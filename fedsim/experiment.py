@@ -187,8 +187,11 @@ def run_experiment(
     pool: StartedPool | None = None,
     resume_changes: tuple[str, ...] = (),
 ) -> RunResult:
-    """Everything that can fail on bad input fails before the run folder exists.
+    """Run the experiment ``cfg`` into ``out_dir`` (default ``runs/<name>``) and return its
+    ``RunResult`` (``summary``, ``history``, ``run_dir``, the final server ``state``).
 
+    Everything that can fail on bad input fails before the run folder exists (a
+    ``fedsim.errors.ConfigError`` naming the key). ``progress``: draw the progress bar.
     ``report``: draw the ``fedsim report`` plots into ``<run_dir>/plots/`` at the end (before
     the sinks close, so the W&B sink can upload them). ``resume``: continue the run in
     ``out_dir`` (default ``runs/<name>``) from its newest checkpoint. ``overwrite``: replace

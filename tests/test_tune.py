@@ -375,7 +375,7 @@ def test_optuna_missing_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == (
         "fedsim: error: --search-alg='optuna': needs Optuna, which is not installed: "
-        "pip install 'fedsim[optuna]' (or pip install optuna)\n"
+        "pip install 'fedsim-pfl[optuna]' (or pip install optuna)\n"
     )
     assert not out.exists()
 

@@ -15,7 +15,7 @@ checkpoint of that round, so ASHA can stop bad trials early. ``--scheduler pbt``
 Based Training): every ``--perturbation-interval`` evaluations a trial in the bottom quarter
 continues a top trial's checkpoint with the searched values mutated (only client.*,
 algorithm.* and join_ratio can be searched: they may change mid-run). ``--search-alg
-optuna``: Optuna's TPE proposes the values (``pip install 'fedsim[optuna]'``). Every trial
+optuna``: Optuna's TPE proposes the values (``pip install 'fedsim-pfl[optuna]'``). Every trial
 leaves a complete run folder (summary.json, plots/); one stopped early says ``status:
 stopped``. ``fedsim tune --resume OUT`` continues an interrupted search: finished trials
 stay, the others continue from their last reported checkpoint. A trial runs its clients

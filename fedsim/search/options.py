@@ -56,7 +56,7 @@ class TuneOptions:
     )
     search_alg: str = option(
         "random",
-        "random: Tune's sampling (grid() expanded); optuna: TPE (pip install 'fedsim[optuna]')",
+        "random: Tune's sampling (grid() expanded); optuna: TPE (pip install 'fedsim-pfl[optuna]')",
         SEARCH_ALGS,
     )
     metric: str = option("acc_weighted", "what trials are ranked by", METRICS)

@@ -93,7 +93,7 @@ def require_optuna() -> None:
     except ImportError:
         raise ConfigError(
             "--search-alg", "optuna", "needs Optuna, which is not installed: "
-            "pip install 'fedsim[optuna]' (or pip install optuna)",
+            "pip install 'fedsim-pfl[optuna]' (or pip install optuna)",
         ) from None  # fmt: skip
 
 
