@@ -29,6 +29,7 @@ from lightning_modules.registry import MODEL_NAMES, build_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 IDIOMS = "fedsim_plugins.idioms:"
+PLAIN_CNN = "fedsim_plugins.plain_cnn:PlainCNN"
 TINY = ["data.num_clients=4", "data.max_samples=400", "rounds=2", "client.lr=null"]
 
 
@@ -131,3 +132,29 @@ def test_metrics_jsonl_has_the_logged_means(tmp_path: Path) -> None:
     run(tmp_path, f"model.name={IDIOMS}MetricNet")
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["train/seen"] > first["train/correct"] >= 0
+
+
+def test_ditto_records_its_personal_pass_beside_the_global_one(tmp_path: Path) -> None:
+    result = run(tmp_path, f"model.name={IDIOMS}MetricNet", "algorithm.name=ditto")
+    first = result.history[0]
+    assert {"train/personal/train_loss", "train/personal/acc", "train/acc"} <= set(first)
+    assert first["train/personal/train_loss"] != first["train_loss"]
+
+
+def test_model_args_reach_the_constructor_and_are_searchable(tmp_path: Path) -> None:
+    from fedsim.config import config_from_dict
+    from fedsim.config.compose import load_raw
+    from fedsim.search.space import parse_space, validate_search, with_values
+
+    plain = f"model.name={IDIOMS}MetricNet"
+    cfg = quickstart(*TINY, "model.name=" + PLAIN_CNN, "model.args.lr=0.2")
+    sim = Simulation(cfg)
+    assert sim.base_lr == 0.2 and cfg.to_dict()["model"]["args"] == {"lr": 0.2}
+    raw = load_raw("configs/quickstart.yaml", [*TINY, "model.name=" + PLAIN_CNN])
+    space = parse_space("model.args.lr=loguniform(0.001,0.1)")
+    validate_search(raw, [space])
+    assert config_from_dict(with_values(raw, {"model.args.lr": 0.01})).model.args == {"lr": 0.01}
+    with pytest.raises(ConfigError, match="model.args.num_classes=3: fedsim passes it"):
+        Simulation(quickstart(*TINY, plain, "model.args.num_classes=3"))
+    with pytest.raises(ConfigError, match="model.args.lr=0.1: FedAvgCNN takes its lr from client"):
+        Simulation(quickstart(*TINY[:-1], "model.args.lr=0.1"))
