@@ -67,17 +67,17 @@ def test_the_help_names_a_docs_page_that_exists(capsys):
     assert (REPO / named[0]).is_file() and "README" not in text
 
 
-def test_own_model_page_says_which_algorithms_need_an_flmodule():
-    """docs/howto/own-model.md's table agrees with what --check says for a plain module."""
+def test_own_model_page_says_which_algorithms_need_features():
+    """docs/howto/own-model.md names the algorithms that call features(x) (their
+    ``model_needs``), and --check takes a plain module under every algorithm."""
+    from fedsim.algorithms import ALGORITHMS
+
     gen = generator()
     plain = {n: cells["plain LightningModule"] for n, cells in gen.compatibility()[1].items()}
+    assert {n for n, v in plain.items() if v not in ("ok", "n/a")} == set(), plain
     text = (REPO / "docs/howto/own-model.md").read_text(encoding="utf-8")
-    rows = {line.split("|")[1] for line in text.splitlines() if line.startswith("| adds")}
-    works = next(r for r in rows if r.strip().startswith("adds no client term"))
-    refused = next(r for r in rows if r.strip().startswith("adds a client term"))
-    names = lambda row: set(re.findall(r"`([a-z]+)`", row))  # noqa: E731
-    assert names(works) | names(refused) == set(plain)
-    assert {n for n in names(works) if plain[n] != "n/a"} == {
-        n for n, v in plain.items() if v == "ok"
-    }, "own-model.md lists an algorithm as fine with a plain module that --check refuses"
-    assert names(refused) == {n for n, v in plain.items() if v not in ("ok", "n/a")}
+    line = next(x for x in text.splitlines() if x.startswith("Only these algorithms call"))
+    named = set(re.findall(r"`([a-z]+)`", line))
+    needs = {n for n, cls in ALGORITHMS.items() if cls.__module__.startswith("fedsim.")
+             and "features" in cls.model_needs}  # fmt: skip
+    assert named == needs
