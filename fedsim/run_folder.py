@@ -40,6 +40,12 @@ def check_out_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
         if parent.exists() and not parent.is_dir():
             where = "is a file" if parent == run_dir else f"is inside {parent}, which is a file"
             raise ConfigError("--out", str(run_dir), f"{where}; give a folder")
+        if parent.is_symlink() and not parent.exists():  # a loop, or a missing target
+            where = "is" if parent == run_dir else f"is inside {parent}, which is"
+            raise ConfigError(
+                "--out", str(run_dir), f"{where} a symlink that leads nowhere (a loop or a "
+                "missing target); give a folder",
+            )  # fmt: skip
     existing = next(p for p in (run_dir, *run_dir.parents, Path.cwd()) if p.exists())
     if not os.access(existing, os.W_OK | os.X_OK) or _special_filesystem(existing):
         raise ConfigError(
