@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-# CLIENT_COLUMNS and load_run stay importable from here (the notebook, tests)
+# CLIENT_COLUMNS and load_run stay importable from here (older code, tests)
 from fedsim.tracking.run_data import CLIENT_COLUMNS, RunData, is_number, load_run  # noqa: F401
 
 ACCURACY_CURVES = "accuracy_curves.png"
