@@ -23,9 +23,17 @@ from fedsim.errors import ConfigError
 from fedsim.experiment import RunInterrupted, run_experiment
 from fedsim.search.options import NAMES, given_from_args, resolve_options
 from fedsim.search.resources import trial_bundles, trial_executor_for, trial_runtime
+from fedsim.search.results import close_stopped_runs, collect_rows
 from fedsim.search.space import Space, changes_mid_run, parse_space, validate_search
 from fedsim.search.sweep import load_tune_config, resume_tune, run_tune
-from fedsim.search.trial import RESTORES, SweepSettings, TuneReportSink, trial_config
+from fedsim.search.trial import (
+    RESTORES,
+    SweepSettings,
+    TuneReportSink,
+    run_reporting,
+    trial_config,
+)
+from fedsim.tracking.report import REPORT_PLOTS
 
 TINY = ["rounds=2", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local"]
 
@@ -188,7 +196,7 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
     by_lr = {lr: [r for r in rows if r.params["client.lr"] == lr] for lr in (0.05, 0.0001)}
     assert all(r.status == "completed" and r.rounds == 2 for r in by_lr[0.05])
     stopped = [r for r in rows if r.status == "stopped"]
-    assert stopped and all(r.rounds < 2 and r.params["client.lr"] == 0.0001 for r in stopped)
+    assert stopped and all(r.final_round < 2 and r.params["client.lr"] == 0.0001 for r in stopped)
     assert rows[0].params["client.lr"] == 0.05 and rows[0].best > 0.5
 
     with open(out / "trials.csv") as handle:
@@ -196,7 +204,7 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
     assert len(table) == 4 and {"client.lr", "status", "rounds", "best_acc_weighted"} <= set(
         table[0]
     )
-    assert min(int(t["rounds"]) for t in table) < max(int(t["rounds"]) for t in table)
+    assert min(int(t["final_round"]) for t in table) < max(int(t["final_round"]) for t in table)
 
     best = load_config(outcome.best_yaml)  # ready to run: a valid, complete config
     assert best.client.lr == 0.05 and best.rounds == 2 and best.data.num_clients == 10
@@ -235,8 +243,10 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
                 assert json.loads((path.parent / "tune.json").read_text())["trial"] == row.trial
             mine = run_dir / "checkpoints" / "round_00002.pt"
             assert kept[-1].read_bytes() == mine.read_bytes()
-        else:
-            assert summary["rounds_completed"] == row.rounds + 1
+        else:  # one count of rounds completed: summary.json, trials.csv, Tune's reports
+            assert summary["rounds_completed"] == row.rounds == row.final_round + 1
+            for name in REPORT_PLOTS:
+                assert (run_dir / "plots" / name).is_file(), row
     assert not (out / ".staging").exists()
     state = json.loads((out / "search.json").read_text())  # what --resume reads
     assert state["options"]["search"] == {"client.lr": "grid(0.05,0.0001)"}
@@ -462,6 +472,55 @@ def test_a_trial_tune_stops_closes_its_run(tmp_path, monkeypatch):
     sink.report_final()
     assert [r for r, _ in reports] == [0, 1, 2]
     assert (tmp_path / "done" / "plots" / "accuracy_curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_stopped_trial_leaves_plots_and_one_round_count(tmp_path, monkeypatch):
+    """A trial Tune stops at round 1's report has completed rounds 0 and 1: its summary.json,
+    its Tune reports and trials.csv all say 2 (round 1 is its last evaluation), and its folder
+    has the report plots, as a finished trial's. A trial whose thread was cut short before
+    writing them (or while drawing) gets the same summary.json and plots after the search."""
+    import shutil
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    reported = []
+
+    def report(self, metrics, round_idx):
+        reported.append(metrics)
+        if round_idx == 1:
+            raise SystemExit(0)  # what Tune's session does when it stops the trial
+
+    monkeypatch.setattr(TuneReportSink, "report", report)
+    cfg = load_config("configs/quickstart.yaml", [*TINY, "rounds=3", "checkpoint_every=1"])
+    run_dir = tmp_path / "runs" / "t1"
+    sink = TuneReportSink("acc_weighted", run_dir, cfg.rounds)
+    with pytest.raises(SystemExit):
+        run_reporting(cfg, run_dir, sink, SweepSettings(out=str(tmp_path)), restored=False)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["rounds_completed"] == 2
+    assert [(m["round"], m["rounds_completed"]) for m in reported] == [(0, 1), (1, 2)]
+    for name in REPORT_PLOTS:
+        assert (run_dir / "plots" / name).stat().st_size > 0
+
+    def tune_result(records: list[dict], trial: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            metrics_dataframe=pd.DataFrame(records), metrics={"trial_id": trial, "done": True},
+            path=str(tmp_path / trial), error=None, config={"client.lr": 0.05},
+        )  # fmt: skip
+
+    older = [{k: v for k, v in m.items() if k != "rounds_completed"} for m in reported]
+    results = [tune_result(reported, "t1"), tune_result(older, "t0")]  # t0: an older search
+    rows = collect_rows(results, cfg, tmp_path, "acc_weighted", "max")
+    assert [(r.status, r.rounds, r.final_round) for r in rows] == [("stopped", 2, 1)] * 2
+
+    cut = tmp_path / "runs" / "t0"  # t1's folder as a thread cut short (mid-drawing) leaves it
+    skip = shutil.ignore_patterns("summary.json", "client_accuracy_vs_*")
+    shutil.copytree(run_dir, cut, ignore=skip)
+    close_stopped_runs(rows, cfg.rounds)
+    assert json.loads((cut / "summary.json").read_text()) == summary
+    assert {p.name for p in (cut / "plots").glob("*.png")} == set(REPORT_PLOTS)
 
 
 def test_pbt_mutations_stay_inside_the_spaces():

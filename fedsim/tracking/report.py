@@ -17,6 +17,7 @@ in ``plots/``; they are listed alongside.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -51,12 +52,16 @@ def _integer_ticks(axis: Any) -> None:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    """Save as PNG under a temporary name, then rename: a drawing cut short (a Tune trial's
+    thread ended) leaves no half-written plot."""
     for ax in fig.axes:
         if ax.get_xlabel() == "round":
             _integer_ticks(ax.xaxis)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    part = path.with_name(path.name + ".part")
+    fig.savefig(part, dpi=100, format="png")
+    os.replace(part, path)
     _pyplot().close(fig)
     return path
 
