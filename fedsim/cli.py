@@ -30,23 +30,31 @@ from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
+SUMMARY_COLUMNS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
+
 
 def summary_table(summary: dict, title: str) -> Table:
+    """A run's best and final rounds (``fedsim run`` at the end, ``fedsim report``); a value
+    that is not a number (a summary.json edited by hand) shows as ``-``."""
     table = Table(title=title)
-    for col in ("", "round", "acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss"):
+    for col in ("", "round", *SUMMARY_COLUMNS):
         table.add_column(col, justify="right")
     for which in ("best", "final"):
-        row = summary.get(which) or {}
-        if row:
-            table.add_row(
-                which,
-                str(row["round"]),
-                *(
-                    f"{row[k]:.4f}"
-                    for k in ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
-                ),
-            )
+        row = summary.get(which)
+        if isinstance(row, dict) and row:
+            cells = (_number(row.get(k)) for k in SUMMARY_COLUMNS)
+            table.add_row(which, str(row.get("round", "-")), *cells)
     return table
+
+
+def summary_title(name: object, algorithm: object, dataset: object) -> str:
+    """The summary table's title: ``quickstart: fedavg on mnist-5k``."""
+    return f"{name}: {algorithm} on {dataset}"
+
+
+def _number(value: object) -> str:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f"{value:.4f}" if ok else "-"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -93,9 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)
         return stop.exit_code
     console = Console()
-    console.print(
-        summary_table(result.summary, f"{cfg.name}: {cfg.algorithm.name} on {cfg.data.name}")
-    )
+    title = summary_title(cfg.name, cfg.algorithm.name, cfg.data.name)
+    console.print(summary_table(result.summary, title))
     console.print(f"results in {result.run_dir}/")
     return 0
 
@@ -136,13 +143,42 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from fedsim.experiment import redraw_algorithm_plots
-    from fedsim.tracking.report import write_report
+    from fedsim.tracking.report import load_run, write_report
 
     for run_dir in args.run_dirs:
+        run = load_run(run_dir)
         redrawn = redraw_algorithm_plots(run_dir)  # from a final checkpoint, if there is one
-        for path in sorted({*write_report(run_dir), *redrawn}):
+        for path in sorted({*write_report(run_dir, run), *redrawn}):
             print(path)
+        print_summary(run.summary, run.config, run_dir)
     return 0
+
+
+def print_summary(summary: dict, config: dict, run_dir: str) -> None:
+    """``fedsim run``'s summary table of a run folder, with how the run ended unless it
+    completed; a folder without a readable summary.json says so (one line on stderr)."""
+    if not summary:
+        print(f"fedsim: warning: {run_dir}: no readable summary.json (the run did not end?), "
+              "so no summary table", file=sys.stderr)  # fmt: skip
+        return
+    title = summary_title(
+        _section(config, "name") or Path(run_dir).name,
+        _section(config, "algorithm", "name") or "?",
+        _section(config, "data", "name") or "?",
+    )
+    status = summary.get("status")
+    if status not in (None, "completed"):
+        done = summary.get("rounds_completed")
+        title += f" ({status}" + ("" if done is None else f" after {done} completed rounds") + ")"
+    Console().print(summary_table(summary, title))
+
+
+def _section(config: dict, *keys: str) -> object:
+    """``config[key][...]``, or None where a level is missing or not a mapping."""
+    value: object = config
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -40,5 +40,24 @@ class RunFailure(RuntimeError):
     """A run that cannot go on (the CLI prints it in one line and exits 1)."""
 
 
+class RunFailed(RunFailure):
+    """A run that raised mid-way: its folder is kept, its summary.json says ``failed``."""
+
+
 class ClientFailureError(RunFailure):
     """Too many clients of a round produced non-finite losses."""
+
+
+ERROR_LINE_CHARS = 500  # a longer exception message is cut in error_line
+
+
+def error_line(err: BaseException) -> str:
+    """``Type: message`` of an exception in one line (summary.json's ``error``); a Ray task's
+    error is its cause's (``cause``), without the remote traceback Ray puts in its message."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException):
+        err = cause
+    message = " ".join(str(err).split())
+    if len(message) > ERROR_LINE_CHARS:
+        message = f"{message[: ERROR_LINE_CHARS - 3]}..."
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__

@@ -17,10 +17,10 @@ from fedsim.checkpoint import (
 )
 from fedsim.checkpoint_digest import digest_path
 from fedsim.config import ExperimentConfig
-from fedsim.errors import ClientFailureError, ConfigError
+from fedsim.errors import ClientFailureError, ConfigError, RunFailure
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
-from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir
+from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir, run_failed
 from fedsim.runtime.factory import check_runtime, make_executor
 from fedsim.simulation import Simulation
 from fedsim.startup_timeline import write_startup
@@ -60,7 +60,7 @@ def resumable_checkpoint(
             "--resume",
             str(run_dir),
             f"no checkpoint in {checkpoint_dir(run_dir)} (a run saves them when "
-            "checkpoint_every > 0)",
+            "checkpoint_every > 0): run it again with --overwrite, or pick a new folder",
         )
     if checkpoint is None or path is None:
         reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
@@ -201,7 +201,8 @@ def run_experiment(
     ahead by ``fedsim.early_start``; the run owns the pool from then on. ``resume_changes``:
     dotted keys a resume may change besides name, rounds, runtime... (a Population Based
     Training exploit: the searched keys). An extra sink may stop the run by raising
-    ``fedsim.interrupts.Stopped`` (``RunInterrupted`` with signal ``stopped``).
+    ``fedsim.interrupts.Stopped`` (``RunInterrupted`` with signal ``stopped``). A run that
+    raises mid-way is ``RunFailed`` (one line; its summary.json says ``failed``).
     """
     try:
         simulation, run_dir, checkpoint, sinks = prepare_run(
@@ -234,6 +235,10 @@ def run_experiment(
             raise RunInterrupted(
                 run_dir, stopped.rounds_done, stopped.checkpoint, stopped.signal
             ) from None
+        except (ConfigError, RunFailure):
+            raise  # one line already
+        except Exception as err:
+            raise run_failed(err, run_dir) from err
         write_startup(run_dir, executor, driver_ready=prepared_at)
         write_algorithm_figures(
             run_dir, simulation.algorithm, result.state, result.client_store, cfg.to_dict()

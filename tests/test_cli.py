@@ -52,6 +52,36 @@ def test_bad_input_one_line_exit_2_no_folder(overrides, expected, tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "yaml_text, override, nearest",
+    [
+        ("", "client.lrr=0.1", "client.lr"),
+        ("client:\n  lrr: 0.1\n", None, "client.lr"),  # the same from a YAML file
+        ("", "roundz=3", "rounds"),
+        ("", "lr=0.1", "client.lr"),  # a key put in no section: the section that has it
+        ("algorithm:\n  lr: 0.1\n", None, "client.lr"),
+        ("", "data.partition.alpah=0.3", "data.partition.alpha"),
+        ("algorithm:\n  name: fedprox\n  muu: 0.1\n", None, "algorithm.mu"),
+        ("", "tracking.wandb.projct=x", "tracking.wandb.project"),
+    ],
+)
+def test_unknown_key_suggests_the_nearest_and_lists_the_allowed(
+    yaml_text, override, nearest, tmp_path, capsys
+):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text or "rounds: 1\n")
+    code = main(["run", str(config), "--check", *([override] if override else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f": unknown key, did you mean {nearest}? (allowed: " in err
+    assert err.split("(allowed: ")[1].count(", ") >= 2  # the section's keys are still listed
+
+
+def test_unknown_key_with_nothing_near_suggests_nothing(capsys):
+    assert main(["run", "configs/quickstart.yaml", "--check", "zzz=1"]) == 2
+    assert "zzz=1: unknown key (allowed: aggregation, algorithm," in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_device_on_a_machine_without_one(tmp_path, capsys):
     out = tmp_path / "run"

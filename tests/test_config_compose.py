@@ -61,6 +61,24 @@ def test_bad_composition_is_one_config_error(files, needle, tmp_path):
         load_config(tmp_path / "a.yaml")
 
 
+def test_a_symlink_loop_is_one_line_naming_the_path(tmp_path, capsys):
+    """A config (or a base, or --out) that is a symlink loop: one line, exit 2, not
+    pathlib's ``RuntimeError: Symlink loop``."""
+    (tmp_path / "a.yaml").symlink_to("b.yaml")
+    (tmp_path / "b.yaml").symlink_to("a.yaml")
+    based = write(tmp_path, "run.yaml", "base: a.yaml\nrounds: 1\n")
+    for config, out in (
+        (tmp_path / "a.yaml", []),
+        (based, []),
+        (REPO / "configs" / "quickstart.yaml", ["--out", str(tmp_path / "a.yaml")]),
+    ):
+        assert main(["run", str(config), "--check", *out]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert str(tmp_path / "a.yaml") in err
+        assert "symlink loop" in err or "symlink that leads nowhere (a loop" in err
+
+
 def test_base_on_the_command_line_is_refused():
     with pytest.raises(ConfigError, match="base=.*only in a config file"):
         load_config(None, ["base=x.yaml"])

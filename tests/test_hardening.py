@@ -174,7 +174,7 @@ def test_report_reads_what_it_can_and_names_what_it_cannot(tmp_path, capsys):
     (run_dir / "config.yaml").write_text("name: [unclosed\n")
     assert main(["report", str(run_dir)]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert any("metrics.jsonl: line" in e and "not JSON" in e for e in err), err
+    assert any("metrics.jsonl: 2 lines (4-5): not JSON" in e for e in err), err  # said once
     assert any("clients.csv: line 3" in e for e in err), err
     assert any("config.yaml: not YAML (line" in e for e in err), err
     assert all(line.startswith("fedsim: warning:") for line in err)

@@ -1,11 +1,17 @@
-"""notebooks/analysis.ipynb runs top to bottom on two small run folders (nbclient)."""
+"""notebooks/analysis.ipynb runs top to bottom on small run folders (nbclient), under the
+pandas that ``make`` installs: two settings of one run each (their mean alone, never NaN),
+a second seed of one of them (mean ± std), and a run that ended before its first round
+(no summary.json, no client rows) listed but left out."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from tracking_runs import tiny_runs
 
 nbformat = pytest.importorskip("nbformat")
@@ -19,9 +25,45 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
 
 
+def second_seed(run_dir: Path, out: Path, gain: float) -> Path:
+    """A copy of ``run_dir`` as if run with seed 1 (the same setting), ``gain`` better."""
+    shutil.copytree(run_dir, out, ignore=shutil.ignore_patterns("wandb", "plots"))
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    (out / "config.yaml").write_text(yaml.safe_dump({**config, "seed": 1}, sort_keys=False))
+    summary = json.loads((out / "summary.json").read_text())
+    for which in ("best", "final"):
+        summary[which]["acc_weighted"] += gain
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
+
+
+def ended_early(run_dir: Path, out: Path) -> Path:
+    """What a run that raised in round 0 left before fedsim wrote a summary for it."""
+    out.mkdir()
+    for name in ("config.yaml", "partition.json"):
+        shutil.copy(run_dir / name, out / name)
+    (out / "metrics.jsonl").write_text("")
+    return out
+
+
+def outputs(notebook, needle: str | None = None) -> str:
+    """The text of every code cell's outputs (of the cells whose source holds ``needle``)."""
+    return "\n".join(
+        str(output.get("text", "")) + str(output.get("data", {}).get("text/plain", ""))
+        for cell in notebook.cells
+        if cell.cell_type == "code" and (needle is None or needle in cell.source)
+        for output in cell.get("outputs", [])
+    )
+
+
 @pytest.mark.slow
-def test_analysis_notebook_executes_and_compares_runs(runs, monkeypatch):
-    monkeypatch.setenv("FEDSIM_RUNS", os.pathsep.join(str(p) for p in runs.values()))
+def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatch):
+    folders = [
+        *runs.values(),
+        second_seed(runs["fedavg"], tmp_path / "tiny-fedavg-seed1", gain=0.02),
+        ended_early(runs["fedavg"], tmp_path / "tiny-ended-early"),
+    ]
+    monkeypatch.setenv("FEDSIM_RUNS", os.pathsep.join(str(p) for p in folders))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # inline figures in the kernel
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
@@ -31,15 +73,17 @@ def test_analysis_notebook_executes_and_compares_runs(runs, monkeypatch):
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     )
     client.execute()  # raises CellExecutionError on any failing cell
-    text = "\n".join(
-        str(output.get("text", "")) + str(output.get("data", {}).get("text/plain", ""))
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-    )
-    assert "2 run folder(s)" in text
-    for name in ("tiny-fedavg", "tiny-cwfedavg"):
+    text = outputs(notebook)
+    assert "4 run folder(s)" in text
+    for name in ("tiny-fedavg", "tiny-cwfedavg", "tiny-ended-early"):
         assert name in text
+    comparison = outputs(notebook, "comparison = ")
+    assert "left out (did not complete): ['tiny-ended-early']" in comparison
+    assert "nan" not in comparison.lower(), comparison
+    one_run = json.loads((runs["cwfedavg"] / "summary.json").read_text())["best"]
+    assert f"{one_run['acc_weighted']:.4f}" in comparison  # its mean alone
+    assert comparison.count("±") >= 5, comparison  # fedavg's two seeds: every column
+    assert "no client rows: ['tiny-ended-early']" in text
     images = sum(
         "image/png" in output.get("data", {})
         for cell in notebook.cells

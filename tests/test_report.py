@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -58,3 +59,76 @@ def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fedsim: error: run_dir=") and "no metrics.jsonl" in err
     assert err.count("\n") == 1
+
+
+def test_report_prints_the_summary_table_fedsim_run_prints(runs, tmp_path, capsys):
+    import io
+    import json
+
+    from rich.console import Console
+
+    from fedsim.cli import summary_table
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(runs["fedavg"], run_dir, ignore=shutil.ignore_patterns("wandb"))
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    table = io.StringIO()  # the table `fedsim run` prints, drawn by the same function
+    Console(file=table).print(summary_table(summary, "tiny-fedavg: fedavg on mnist-5k"))
+    assert table.getvalue() in out
+    assert f"{summary['final']['acc_weighted']:.4f}" in out
+
+    (run_dir / "summary.json").unlink()  # a run that never ended: plots, and a one-line note
+    assert main(["report", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "acc_weighted" not in captured.out and str(run_dir / "plots") in captured.out
+    assert captured.err == (
+        f"fedsim: warning: {run_dir}: no readable summary.json (the run did not end?), so no "
+        "summary table\n"
+    )
+
+
+def test_report_on_non_numbers_says_in_one_line_what_it_skipped(runs, tmp_path):
+    """Every row's accuracy and a logged value that are not numbers: one warning line each
+    (not one per row), and no bare matplotlib source line (an empty plot's legend) on stderr."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(runs["fedavg"], run_dir, ignore=shutil.ignore_patterns("wandb", "plots"))
+    header, *rows = (run_dir / "clients.csv").read_text().splitlines()
+    rows = [r.split(",") for r in rows]
+    column = header.split(",").index("accuracy")
+    for row in rows:
+        row[column] = "x"
+    lines = [f"{header},train/acc"] + [",".join(r) + ",MulticlassAccuracy()" for r in rows]
+    (run_dir / "clients.csv").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "fedsim.cli", "report", str(run_dir)],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    err = done.stderr.splitlines()
+    last = len(rows) + 1
+    assert err == [
+        f"fedsim: warning: {run_dir}/clients.csv: {len(rows)} lines (2-{last}): train/acc is "
+        "not a number; left out",
+        f"fedsim: warning: {run_dir}/clients.csv: {len(rows)} lines (2-{last}): accuracy is "
+        "not a number; skipped",
+    ], done.stderr
+    for name in REPORT_PLOTS:
+        assert (run_dir / "plots" / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_logged_value_that_is_not_a_number_keeps_its_row(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"round": 0}\n')
+    (run_dir / "clients.csv").write_text(
+        "client,round,accuracy,train/acc\n0,0,0.5,0.25\n1,0,0.75,not-a-number\n"
+    )
+    run = load_run(run_dir)
+    assert run.clients["accuracy"].tolist() == [0.5, 0.75]
+    assert run.clients["train/acc"][0] == 0.25 and math.isnan(run.clients["train/acc"][1])
+    assert run.problems == [f"{run_dir}/clients.csv: line 3: train/acc is not a number; left out"]

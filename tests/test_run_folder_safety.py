@@ -61,7 +61,8 @@ def test_existing_run_is_refused_and_overwrite_replaces_it(tmp_path, capsys):
     first = (out / "metrics.jsonl").read_text()
     code, err = run_cli(["run", "configs/quickstart.yaml", *TINY, "--out", str(out)], capsys)
     line = one_line(err)
-    assert code == 2 and "--resume" in line and "--overwrite" in line
+    assert code == 2 and "--overwrite" in line
+    assert "--resume" not in line  # it has no checkpoint: --resume cannot continue it
     assert (out / "metrics.jsonl").read_text() == first  # untouched
     code, _ = run_cli(
         [

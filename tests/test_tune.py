@@ -26,6 +26,7 @@ from fedsim.search.resources import trial_bundles, trial_executor_for, trial_run
 from fedsim.search.space import Space, changes_mid_run, parse_space, validate_search
 from fedsim.search.sweep import load_tune_config, resume_tune, run_tune
 from fedsim.search.trial import RESTORES, SweepSettings, TuneReportSink, trial_config
+from fedsim.tracking.report import REPORT_PLOTS
 
 TINY = ["rounds=2", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local"]
 
@@ -188,7 +189,7 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
     by_lr = {lr: [r for r in rows if r.params["client.lr"] == lr] for lr in (0.05, 0.0001)}
     assert all(r.status == "completed" and r.rounds == 2 for r in by_lr[0.05])
     stopped = [r for r in rows if r.status == "stopped"]
-    assert stopped and all(r.rounds < 2 and r.params["client.lr"] == 0.0001 for r in stopped)
+    assert stopped and all(r.final_round < 2 and r.params["client.lr"] == 0.0001 for r in stopped)
     assert rows[0].params["client.lr"] == 0.05 and rows[0].best > 0.5
 
     with open(out / "trials.csv") as handle:
@@ -196,7 +197,7 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
     assert len(table) == 4 and {"client.lr", "status", "rounds", "best_acc_weighted"} <= set(
         table[0]
     )
-    assert min(int(t["rounds"]) for t in table) < max(int(t["rounds"]) for t in table)
+    assert min(int(t["final_round"]) for t in table) < max(int(t["final_round"]) for t in table)
 
     best = load_config(outcome.best_yaml)  # ready to run: a valid, complete config
     assert best.client.lr == 0.05 and best.rounds == 2 and best.data.num_clients == 10
@@ -235,8 +236,10 @@ def test_asha_search_stops_bad_trials_and_writes_best_config(ray_cluster, tmp_pa
                 assert json.loads((path.parent / "tune.json").read_text())["trial"] == row.trial
             mine = run_dir / "checkpoints" / "round_00002.pt"
             assert kept[-1].read_bytes() == mine.read_bytes()
-        else:
-            assert summary["rounds_completed"] == row.rounds + 1
+        else:  # one count of rounds completed: summary.json, trials.csv, Tune's reports
+            assert summary["rounds_completed"] == row.rounds == row.final_round + 1
+            for name in REPORT_PLOTS:
+                assert (run_dir / "plots" / name).is_file(), row
     assert not (out / ".staging").exists()
     state = json.loads((out / "search.json").read_text())  # what --resume reads
     assert state["options"]["search"] == {"client.lr": "grid(0.05,0.0001)"}

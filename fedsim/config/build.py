@@ -22,6 +22,7 @@ from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.sections import AlgorithmConfig
+from fedsim.config.suggest import closest_key
 from fedsim.errors import ConfigError
 
 
@@ -66,13 +67,16 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     return value
 
 
-def unknown_key(cls: type, also_allowed: tuple[str, ...] = ()) -> str:
-    """What an unknown key's error lists: the section's own keys, then each group's apart."""
+def unknown_key(cls: type, also_allowed: tuple[str, ...] = (), given: str = "") -> str:
+    """What an unknown key's error says: the allowed key nearest ``given`` (the dotted key
+    as written), then the section's own keys, then each group's apart."""
     groups: dict[str, list[str]] = {}
     for f in dataclasses.fields(cls):
         groups.setdefault(field_group(cls, f.name), []).append(f.name)
+    near = closest_key(given, [f.name for f in dataclasses.fields(cls)] + list(also_allowed))
     own = sorted([*groups.pop("", []), *also_allowed])
-    text = f"unknown key (allowed: {', '.join(own)}"
+    text = "unknown key" + (f", did you mean {near}?" if near else "")
+    text += f" (allowed: {', '.join(own)}"
     for group, names in groups.items():
         text += f"; {group.split(' (')[0]}: {', '.join(sorted(names))}"
     return text + ")"
@@ -88,7 +92,8 @@ def build_dataclass(
     fields = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            raise ConfigError(f"{prefix}{key}", raw[key], unknown_key(cls, also_allowed))
+            given = f"{prefix}{key}"
+            raise ConfigError(given, raw[key], unknown_key(cls, also_allowed, given))
     kwargs = {}
     for name in fields:
         if name not in raw:

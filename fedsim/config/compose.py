@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedsim.config.yaml_io import apply_overrides, read_yaml_mapping
+from fedsim.config.yaml_io import apply_overrides, check_not_a_loop, read_yaml_mapping
 from fedsim.errors import ConfigError
 
 MAX_DEPTH = 16  # bases of bases: a longer chain is a loop or a mistake
@@ -22,6 +22,7 @@ MAX_DEPTH = 16  # bases of bases: a longer chain is a loop or a mistake
 def read_composed(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The YAML mapping at ``path`` with its ``base`` configs merged under it."""
     path = Path(path)
+    check_not_a_loop(path)  # before resolve(), which raises a bare RuntimeError on one
     resolved = path.resolve()
     if resolved in seen:
         chain = " -> ".join(p.name for p in (*seen, resolved))

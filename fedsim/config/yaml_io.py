@@ -5,6 +5,8 @@ Validation of that dict is fedsim/config.py's; every error here is a one-line Co
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -113,9 +115,23 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+def check_not_a_loop(path: Path) -> None:
+    """ConfigError naming ``path`` when it is a symlink loop (opening or resolving it would
+    raise ELOOP, or pathlib's RuntimeError)."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ConfigError(
+                "config", str(path), "a symlink loop (its path holds links that lead back to "
+                "each other): point it at a YAML file",
+            ) from None  # fmt: skip
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A YAML file's top-level mapping; ConfigError if missing, invalid or not a mapping."""
     path = Path(path)
+    check_not_a_loop(path)
     if not path.is_file():
         raise ConfigError("config", str(path), "file not found")
     try:

@@ -5,8 +5,9 @@ round kind for its work, then commit it whole with Ctrl-C / SIGTERM held back (c
 states stored, the aggregate made, the record logged to every sink, a checkpoint written
 every ``checkpoint_every`` rounds), and at the end hand every sink the run's summary. A sink
 may end the run by raising ``Stopped`` (a Tune trial its scheduler stopped): it takes effect
-once the round is committed, like Ctrl-C, and the summary says ``stopped``. The
-loop never asks which kind it runs.
+once the round is committed, like Ctrl-C, and the summary says ``stopped``. A run that
+raises says ``failed``, with the error line and the rounds completed. The loop never asks
+which kind it runs.
 
 Evaluation follows PFLlib: in an evaluation round every client evaluates the model it
 received (personalized where the algorithm personalizes) on its own test split, before it
@@ -28,6 +29,7 @@ from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
+from fedsim.errors import ClientFailureError, error_line
 from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
 from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
@@ -86,12 +88,25 @@ class RoundLoop:
         """
         cfg = self.cfg
         run = _Progress(self, sinks or [], run_dir if cfg.checkpoint_every > 0 else None)
-        run.start(initial_params, resume)
-        self.kind.start(executor, run.state, None if resume is None else resume.round_kind)
         self.interrupted = None
+        try:
+            run.start(initial_params, resume)
+            self.kind.start(executor, run.state, None if resume is None else resume.round_kind)
+            self.run_rounds(run)
+        except ClientFailureError:
+            raise  # diverged: its summary says so already
+        except Exception as err:  # the folder keeps what ran, and says how it ended
+            self.finish(run.sinks, run.history, "failed", run.done, error_line(err))
+            raise
+        summary = self.finish(run.sinks, run.history, "completed", run.done)
+        return RunResult(summary, run.history, run.state, client_store=run.store)
+
+    def run_rounds(self, run: _Progress) -> None:
+        """Rounds ``run.done``..``rounds``, each committed whole; Ctrl-C, SIGTERM or a sink's
+        ``Stopped`` ends the run after the round in progress (``interrupted`` says where)."""
         with stop_signals():  # SIGTERM stops the run as Ctrl-C does
             try:
-                for round_idx in range(run.done, cfg.rounds + 1):
+                for round_idx in range(run.done, self.cfg.rounds + 1):
                     began = time.perf_counter()
                     plan = self.plan(round_idx)
                     work = self.kind.work(plan, run.state, run.store)
@@ -103,8 +118,6 @@ class RoundLoop:
                 status = "stopped" if reason == "stopped" else "interrupted"
                 self.finish(run.sinks, run.history, status, run.done)
                 raise
-        summary = self.finish(run.sinks, run.history, "completed", run.done)
-        return RunResult(summary, run.history, run.state, client_store=run.store)
 
     def record(
         self, plan: RoundPlan, work: RoundWork, failed: list[int], diverged: bool, began: float
@@ -129,18 +142,33 @@ class RoundLoop:
 
     @staticmethod
     def finish(
-        sinks: list[Sink], history: list[dict[str, Any]], status: str, done: int
+        sinks: list[Sink],
+        history: list[dict[str, Any]],
+        status: str,
+        done: int,
+        error: str | None = None,
     ) -> dict[str, Any]:
-        """best/final over the rounds run, with how the run ended; handed to every sink."""
-        summary: dict[str, Any] = {**best_and_final(history), "status": status}
-        privacy = privacy_summary(history)
-        if privacy is not None:
-            summary["privacy"] = privacy
-        if status != "completed":
-            summary["rounds_completed"] = done
+        """The run's summary (``run_summary``), handed to every sink."""
+        summary = run_summary(history, status, done, error)
         for sink in sinks:
             sink.finish(summary)
         return summary
+
+
+def run_summary(
+    history: list[dict[str, Any]], status: str, done: int, error: str | None = None
+) -> dict[str, Any]:
+    """summary.json: best/final over the rounds run, and how the run ended (``status``;
+    unless completed, ``rounds_completed``: ``done``; a failed run's ``error`` line)."""
+    summary: dict[str, Any] = {**best_and_final(history), "status": status}
+    privacy = privacy_summary(history)
+    if privacy is not None:
+        summary["privacy"] = privacy
+    if status != "completed":
+        summary["rounds_completed"] = done
+    if error is not None:
+        summary["error"] = error
+    return summary
 
 
 class _Progress:

@@ -22,11 +22,12 @@ class TrialRow:
     trial: str
     params: dict[str, Any]
     status: str
-    rounds: int
+    rounds: int  # rounds completed (summary.json's rounds_completed, Tune's reports')
     best: float
     best_round: int
     final: float
     run_dir: str
+    final_round: int = -1  # the last evaluated round (-1: none reported)
 
 
 def finite(value: Any) -> bool:
@@ -34,11 +35,18 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def rounds_completed(record: dict[str, Any], rounds: int) -> int:
+    """The rounds a trial had completed at a Tune ``record``: its ``rounds_completed`` (a
+    search from before reports carried it: the reported round's, committed whole)."""
+    value = record.get("rounds_completed")
+    return int(value) if finite(value) else min(int(record["round"]) + 1, rounds)
+
+
 def collect_rows(
     results: Any, cfg: ExperimentConfig, out: str | Path, metric: str, mode: str
 ) -> list[TrialRow]:
     """Per trial: sampled values, completed / stopped (by the scheduler) / unfinished (the
-    search was interrupted) / error, rounds reached, best and final; best first."""
+    search was interrupted) / error, rounds completed, best and final; best first."""
     rows = []
     sign = 1 if mode == "max" else -1
     for result in results:
@@ -48,14 +56,14 @@ def collect_rows(
         trial_id = (result.metrics or {}).get("trial_id") or Path(result.path).name
         if records:
             best = max(records, key=lambda r: (sign * r[metric], -r["round"]))
-            rounds = int(records[-1]["round"])
+            rounds, last = rounds_completed(records[-1], cfg.rounds), int(records[-1]["round"])
             best_value, best_round = float(best[metric]), int(best["round"])
             final = float(records[-1][metric])
         else:
-            rounds, best_value, best_round, final = 0, math.nan, -1, math.nan
+            rounds, last, best_value, best_round, final = 0, -1, math.nan, -1, math.nan
         if result.error is not None:
             status = "error"
-        elif rounds >= cfg.rounds:
+        elif last >= cfg.rounds:
             status = "completed"
         else:  # Tune ended it (done), or the search was interrupted before it could
             status = "stopped" if (result.metrics or {}).get("done") else "unfinished"
@@ -69,53 +77,66 @@ def collect_rows(
                 best_round=best_round,
                 final=final,
                 run_dir=str(Path(out) / "runs" / str(trial_id)),
+                final_round=last,
             )
         )
     rows.sort(key=lambda r: (not finite(r.best), -sign * r.best if finite(r.best) else 0))
     return rows
 
 
-def close_stopped_runs(rows: list[TrialRow]) -> list[Path]:
-    """summary.json (``status: stopped``) for stopped trials whose own run could not write it.
+def close_stopped_runs(rows: list[TrialRow], rounds: int, report: bool = True) -> list[Path]:
+    """summary.json (``status: stopped``) and, with ``report``, the report plots of stopped
+    trials whose own run could not finish writing them.
 
-    A trial Tune stops closes its run itself (``Stopped``), but when Tune ends the trial's
-    actor rather than reusing it, the run's thread can be cut short. Its metrics.jsonl holds
-    every reported round; the summary is computed from it as the run would have.
+    A trial Tune stops closes its run itself (``Stopped``), but its thread may be cut short:
+    when Tune ends the trial's actor rather than reusing it, or the search ends (and Ray with
+    it) while the thread still draws. Its metrics.jsonl holds every reported round, each
+    committed whole; the summary is computed from it as the run's loop computes it.
+    ``rounds``: the config's.
     """
-    from fedsim.deployment.driver import privacy_summary
-    from fedsim.metrics import best_and_final
+    from fedsim.experiment import write_report_safely
+    from fedsim.rounds.loop import run_summary
+    from fedsim.tracking.report import REPORT_PLOTS
 
     written = []
     for row in rows:
         run_dir = Path(row.run_dir)
         metrics, summary = run_dir / "metrics.jsonl", run_dir / "summary.json"
-        if row.status != "stopped" or summary.exists() or not metrics.is_file():
+        if row.status != "stopped" or not metrics.is_file():
             continue
         history = [json.loads(line) for line in metrics.read_text().splitlines() if line]
         if not history:
             continue
-        out: dict[str, Any] = {**best_and_final(history), "status": "stopped"}
-        privacy = privacy_summary(history)
-        if privacy is not None:
-            out["privacy"] = privacy
-        out["rounds_completed"] = int(history[-1]["round"]) + 1  # its last round committed
-        summary.write_text(json.dumps(out, indent=2))
-        written.append(summary)
+        if not _readable_json(summary):
+            done = min(int(history[-1]["round"]) + 1, rounds)  # its last round committed
+            summary.write_text(json.dumps(run_summary(history, "stopped", done), indent=2))
+            written.append(summary)
+        if report and not all((run_dir / "plots" / name).is_file() for name in REPORT_PLOTS):
+            written += write_report_safely(run_dir)
     return written
 
 
+def _readable_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def write_trials_csv(path: Path, rows: list[TrialRow], keys: list[str], metric: str) -> Path:
-    """trials.csv: trial, searched values, status, rounds, best/final metric, run folder."""
+    """trials.csv: trial, searched values, status, rounds completed, best and final metric
+    with their rounds, run folder."""
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
             ["trial", *keys, "status", "rounds", f"best_{metric}", "best_round", f"final_{metric}",
-             "run_dir"]
+             "final_round", "run_dir"]
         )  # fmt: skip
         for r in rows:
             writer.writerow(
                 [r.trial, *(r.params.get(k) for k in keys), r.status, r.rounds, r.best,
-                 r.best_round, r.final, r.run_dir]
+                 r.best_round, r.final, r.final_round, r.run_dir]
             )  # fmt: skip
     return path
 

@@ -267,7 +267,7 @@ def write_results(search: Search, results: Any) -> TuneOutcome:
     options, out_dir = search.options, search.out_dir
     keys = [s.key for s in search.spaces]
     rows = collect_rows(results, search.cfg, out_dir, options.metric, options.mode)
-    close_stopped_runs(rows)
+    close_stopped_runs(rows, search.cfg.rounds, options.report)
     trials_csv = write_trials_csv(out_dir / "trials.csv", rows, keys, options.metric)
     ok = [r for r in rows if finite(r.best)]
     best_yaml = (

@@ -11,7 +11,10 @@ restarts a trial from a better trial's checkpoint with mutated values.
 ``max_t``, a PBT pause): Tune raises SystemExit in the trial's thread. So the last evaluation
 is reported only after ``run_experiment`` has returned (summary.json, plots/, figures all
 written), and an earlier stop becomes ``Stopped``: the run ends as after Ctrl-C, with
-``status: stopped`` in its summary.json and its W&B run finished.
+``status: stopped`` in its summary.json, its W&B run finished and its report plots drawn.
+Every report carries ``rounds_completed``: the round reported is committed whole, so a trial
+stopped at round r's report has completed r + 1 rounds, as its summary.json and trials.csv
+say (Tune's ``training_iteration`` counts reports, i.e. evaluations, not rounds).
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class TuneReportSink(Sink):
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         metrics["round"] = record.round
+        # the round reported is committed whole, even when Tune stops the trial here
+        metrics["rounds_completed"] = min(record.round + 1, self.rounds)
         if record.round >= self.rounds:  # after summary.json and the plots (report_final)
             self.final = (metrics, record.round)
             return
@@ -169,8 +174,6 @@ def run_trial(params: dict[str, Any], base: dict[str, Any], settings: SweepSetti
     continued from Tune's checkpoint when Tune restores it (``fedsim tune --resume``, PBT)."""
     from ray import tune
 
-    from fedsim.experiment import RunInterrupted, run_experiment
-
     os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", THREAD_TIMEOUT_S)
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)  # per report
@@ -180,6 +183,23 @@ def run_trial(params: dict[str, Any], base: dict[str, Any], settings: SweepSetti
     restored = restore_checkpoint(tune.get_checkpoint(), run_dir, params)
     reported = restored["round"] if restored else -1
     sink = TuneReportSink(settings.metric, run_dir, cfg.rounds, reported)
+    run_reporting(cfg, run_dir, sink, settings, restored=restored is not None)
+
+
+def run_reporting(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    sink: TuneReportSink,
+    settings: SweepSettings,
+    *,
+    restored: bool,
+) -> None:
+    """The trial's run, reporting to Tune through ``sink``. Stopped by Tune, it ends as after
+    Ctrl-C and draws its report plots from the rounds it ran (a complete folder, as a
+    finished trial's), then ends the trial's thread (SystemExit); run to the end, its last
+    evaluation is reported once the folder is complete."""
+    from fedsim.experiment import RunInterrupted, run_experiment, write_report_safely
+
     try:
         run_experiment(
             cfg,
@@ -187,12 +207,14 @@ def run_trial(params: dict[str, Any], base: dict[str, Any], settings: SweepSetti
             progress=False,
             extra_sinks=[sink],
             report=settings.report,
-            resume=restored is not None,
-            overwrite=restored is None,  # started again from scratch: its old folder goes
+            resume=restored,
+            overwrite=not restored,  # started again from scratch: its old folder goes
             resume_changes=settings.may_change,
         )
     except RunInterrupted as stop:
         if stop.signal == "stopped":  # Tune's SystemExit, once the run folder is closed
+            if settings.report:
+                write_report_safely(run_dir)
             raise SystemExit(0) from None
         raise
     sink.report_final()
