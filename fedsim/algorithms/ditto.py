@@ -39,7 +39,6 @@ class Ditto(FedAvg):
     name = "ditto"
     Params = DittoParams
 
-
     def client_start(
         self,
         broadcast: dict[str, Any],

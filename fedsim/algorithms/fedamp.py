@@ -101,7 +101,6 @@ class FedAMP(Algorithm):
     name = "fedamp"
     Params = FedAMPParams
 
-
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         """The initial model (every client's first w_i) and no peers yet."""

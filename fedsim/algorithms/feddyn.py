@@ -69,7 +69,6 @@ class FedDyn(FedAvg):
     name = "feddyn"
     Params = FedDynParams
 
-
     def server_optimizer(self) -> ServerOptimizer:
         """Unused: FedDyn's server has its own rule (``server_step``)."""
         return ServerOptimizer()

@@ -83,8 +83,7 @@ class FedRoD(SharedPart):
     Params = AlgorithmParams
     model_needs = ("features",)  # its objective reads the representation
     own_objective = (
-        "the balanced softmax on the output layer "
-        "of features(x), and its personal head's step"
+        "the balanced softmax on the output layer of features(x), and its personal head's step"
     )
     keeps_personal = False  # everything is shared; the personal head is its own state
 

@@ -86,11 +86,9 @@ class MOON(SharedPart):
     Params = MOONParams
     model_needs = ("features",)  # its objective reads the representation
     own_objective = (
-        "cross-entropy on the output layer of "
-        "features(x) plus mu times the model-contrastive term"
+        "cross-entropy on the output layer of features(x) plus mu times the model-contrastive term"
     )
     keeps_personal = False  # everything is shared; the previous model is its own state
-
 
     def client_start(
         self,

@@ -77,8 +77,10 @@ def fit_model(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], num_c
     name = type(module).__name__
     shape = tuple(x.shape)
     if err is not None:
-        where = "in its own forward code" if layer is None else (
-            f"in layer {layer} ({type(module.get_submodule(layer)).__name__})"
+        where = (
+            "in its own forward code"
+            if layer is None
+            else (f"in layer {layer} ({type(module.get_submodule(layer)).__name__})")
         )
         raise ConfigError(
             "model.name", model_name, f"{name} does not fit the data: a batch of shape {shape} "
