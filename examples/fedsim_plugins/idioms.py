@@ -53,7 +53,21 @@ class MetricNet(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-class LazyNet(pl.LightningModule):
+class _BodyHead(pl.LightningModule):
+    """``head(body(x))``, cross-entropy, SGD at 0.05: what the two modules below share."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+class LazyNet(_BodyHead):
     """Lazy layers: their input sizes come from the first batch."""
 
     def __init__(self, num_classes: int = 10):
@@ -61,34 +75,14 @@ class LazyNet(pl.LightningModule):
         self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.ReLU())
         self.head = nn.LazyLinear(num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int):
-        x, y = batch
-        return F.cross_entropy(self(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
-
-
-class Fixed14(pl.LightningModule):
+class Fixed14(_BodyHead):
     """Built for 14x14 grey images whatever the data says."""
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
         self.body = nn.Sequential(nn.Flatten(), nn.Linear(14 * 14, 32), nn.ReLU())
         self.head = nn.Linear(32, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int):
-        x, y = batch
-        return F.cross_entropy(self(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
 class WrongFeatures(Fixed14):
