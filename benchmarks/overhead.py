@@ -22,7 +22,11 @@ the slower worker, bookkeeping); adding each client's parameters into the worker
 sum is aggregation the ideal pays too, reported on its own as sum_share.
 
     .venv/bin/python benchmarks/overhead.py [--rounds 4] [--workers W] [--clients 100,1000]
-        [--partition auto|dirichlet|iid] [--ways adcb] [--passes 1]
+        [--partition auto|dirichlet|iid] [--ways adcb] [--passes 1] [--algorithm fedavg]
+
+``--algorithm fedprox``: the same with a client term on every step (FedProx's proximal term,
+mu 0.01, added by fedsim's loop to the module's loss; the plain loop adds it by hand), so
+the cost of applying an algorithm's terms around ``training_step`` is measured too.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ def partition_keys(args: argparse.Namespace) -> list[str]:
     return ["data.partition.name=dirichlet", "data.partition.alpha=0.5"]
 
 
+PROX_MU = 0.01
+
+
 def experiment(args: argparse.Namespace, executor: str, cpus_per_worker: int) -> ExperimentConfig:
     return load_config(
         None,
@@ -77,7 +84,8 @@ def experiment(args: argparse.Namespace, executor: str, cpus_per_worker: int) ->
             "client.epochs=1",
             "client.batch_size=10",
             "client.lr=0.005",
-            "algorithm.name=fedavg",
+            f"algorithm.name={args.algorithm}",
+            *([f"algorithm.mu={PROX_MU}"] if args.algorithm == "fedprox" else []),
             f"runtime.executor={executor}",
             f"runtime.workers={args.workers if executor == 'ray' else 'null'}",
             f"runtime.cpus_per_worker={cpus_per_worker}",
@@ -211,9 +219,15 @@ def plain_share(
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.client.lr)
         n, bs = len(split.train), cfg.client.batch_size
         order = split.train[torch.randperm(n, generator=generator).numpy()]
+        prox = cfg.algorithm.name == "fedprox"
+        anchor = [p.detach().clone() for p in model.parameters()] if prox else None
         for start in range(0, n, bs):
             x, y = data.batch(order[start : start + bs])
             loss = nn.functional.cross_entropy(model(channels_last(x)), y)
+            if anchor is not None:  # FedProx: (mu/2) ||w - w_global||^2, as fedsim's term
+                pairs = zip(model.parameters(), anchor, strict=True)
+                pulled = sum((p - a).pow(2).sum() for p, a in pairs)
+                loss = loss + 0.5 * PROX_MU * torch.as_tensor(pulled)
             float(loss.detach())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -364,6 +378,10 @@ def main() -> None:
     parser.add_argument(
         "--passes", type=int, default=1, help="repeat the ways; each way keeps its best pass"
     )
+    parser.add_argument(
+        "--algorithm", choices=("fedavg", "fedprox"), default="fedavg",
+        help="fedprox: a client term on every step (the loop's terms cost)",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     results = []
@@ -437,7 +455,8 @@ def measure(args: argparse.Namespace) -> str:
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     result = (
-        f"RESULT clients={args.clients} ray_vs_ideal={ratio.get('a/d', float('nan')):.3f} "
+        f"RESULT algorithm={args.algorithm} clients={args.clients} "
+        f"ray_vs_ideal={ratio.get('a/d', float('nan')):.3f} "
         f"ray_vs_plain={ratio.get('a/c', float('nan')):.3f} outside_training={outside:.4f} "
         f"sum_share={sum_share:.4f}"
     )
