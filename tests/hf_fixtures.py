@@ -1,0 +1,70 @@
+"""Small local Hugging Face datasets for the hf: tests, built offline: FEMNIST's schema
+(``flwrlabs/femnist``: image, writer_id, character, hsf_id) from real mnist-5k digits, and
+one CSV tabular set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+# flwrlabs/femnist's character classes: digits, then upper and lower case letters
+FEMNIST_CHARACTERS = [*"0123456789", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"abcdefghijklmnopqrstuvwxyz"]
+WRITER_SIZES = {"f0003_11": 90, "f0001_42": 70, "f0002_07": 50, "f0000_30": 30}
+
+
+def femnist_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(uint8 images (N, 28, 28), digit labels, writer ids) of 240 mnist-5k digits; a
+    writer's rows are spread through the table, as in the Hub's shards."""
+    from fedsim.data.datasets import _mnist_5k_arrays
+
+    images, labels = _mnist_5k_arrays()
+    n = sum(WRITER_SIZES.values())
+    writers = np.concatenate([[w] * k for w, k in WRITER_SIZES.items()])
+    order = np.random.default_rng(0).permutation(n)
+    return images[:n, 0], labels[:n], writers[order]
+
+
+def femnist_dataset(images: np.ndarray | None = None) -> object:
+    """A ``datasets.Dataset`` in flwrlabs/femnist's schema (PIL 28x28 grey images)."""
+    import datasets
+    from PIL import Image
+
+    pixels, labels, writers = femnist_rows()
+    images = pixels if images is None else images
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "writer_id": datasets.Value("string"),
+        "character": datasets.ClassLabel(names=FEMNIST_CHARACTERS),
+        "hsf_id": datasets.Value("int64"),
+    })  # fmt: skip
+    return datasets.Dataset.from_dict(
+        {
+            "image": [Image.fromarray(p, mode="L") for p in images],
+            "writer_id": list(writers),
+            "character": [int(y) for y in labels],
+            "hsf_id": [int(w[-2:]) % 4 for w in writers],
+        },
+        features=features,
+    )
+
+
+def save_femnist(folder: Path) -> tuple[Path, Path]:
+    """The FEMNIST-schema set saved with save_to_disk (``folder/femnist``) and as one parquet
+    file (``folder/femnist.parquet``)."""
+    ds = femnist_dataset()
+    ds.save_to_disk(str(folder / "femnist"))
+    ds.to_parquet(str(folder / "femnist.parquet"))
+    return folder / "femnist", folder / "femnist.parquet"
+
+
+def save_tabular_csv(path: Path, rows: int = 240) -> Path:
+    """A CSV of 4 numeric features, a string label (which feature is largest) and a site."""
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(rows, 4)).round(4)
+    names = np.array(["north", "east", "south", "west"])
+    lines = ["f0,f1,f2,f3,label,site"]
+    for i, x in enumerate(features):
+        lines.append(",".join(map(str, x)) + f",{names[x.argmax()]},s{i % 3}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
