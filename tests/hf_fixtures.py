@@ -18,11 +18,12 @@ def femnist_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     writer's rows are spread through the table, as in the Hub's shards."""
     from fedsim.data.datasets import _mnist_5k_arrays
 
-    images, labels = _mnist_5k_arrays()
+    images, labels = _mnist_5k_arrays()  # sorted by digit: take every 20th, all ten digits
     n = sum(WRITER_SIZES.values())
+    rows = np.arange(n) * (len(labels) // n)
     writers = np.concatenate([[w] * k for w, k in WRITER_SIZES.items()])
     order = np.random.default_rng(0).permutation(n)
-    return images[:n, 0], labels[:n], writers[order]
+    return images[rows, 0], labels[rows], writers[order]
 
 
 def femnist_dataset(images: np.ndarray | None = None) -> object:

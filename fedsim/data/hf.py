@@ -52,14 +52,9 @@ class HFData:
 
 
 def hf_source(data: Any) -> HFSource:
-    """The HFSource a config's ``data`` section names; ConfigError for ``data.partition.by``
-    without ``data.partition.name=natural``."""
-    by = data.partition.by
-    if by is not None and data.partition.name != "natural":
-        raise ConfigError(
-            "data.partition.by", by, f"applies with data.partition.name=natural, not "
-            f"{data.partition.name}; leave it null",
-        )  # fmt: skip
+    """The HFSource a config's ``data`` section names (``data.partition.by`` is read only
+    for ``data.partition.name=natural``; config/effects.py refuses it otherwise)."""
+    by = data.partition.by if data.partition.name == "natural" else None
     columns = data.input_column
     return HFSource(
         data.name,
