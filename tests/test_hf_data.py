@@ -199,3 +199,10 @@ def test_a_refused_run_writes_nothing(femnist, tmp_path, capsys):
 def test_hf_keys_without_an_hf_dataset_are_refused(tmp_path, capsys):
     err = _refused(tmp_path, capsys, "data.label_column=character")
     assert "acts only with data.name=hf:<local path>" in err
+
+
+def test_the_shipped_femnist_config_runs_on_a_local_copy(femnist, tmp_path, capsys):
+    args = [f"data.name=hf:{femnist[0]}", "data.num_clients=3", "data.min_samples=10",
+            "rounds=1", "runtime.executor=local", "--check"]  # fmt: skip
+    assert main(["run", "configs/hf/femnist-natural-fedavg.yaml", *args]) == 0
+    assert "3 clients" in capsys.readouterr().out

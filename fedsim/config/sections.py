@@ -52,8 +52,7 @@ def _columns_ok(value: Any) -> bool:
 
 @dataclass
 class PartitionConfig:
-    name: str = checked(  # iid | dirichlet | pathological | relabel | rotation | clustered
-        # | natural (one client per value of data.partition.by)
+    name: str = checked(  # iid|dirichlet|pathological|relabel|rotation|clustered|natural (hf:)
         "dirichlet", lambda v: v in _PARTITIONS, "allowed: " + ", ".join(_PARTITIONS)
     )
     alpha: float = checked(  # Dirichlet concentration (dirichlet; clustered: per cluster)
@@ -98,7 +97,7 @@ class DataConfig:
     max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
     )
-    min_samples: int = checked(  # shakespeare: roles with fewer samples are left out
+    min_samples: int = checked(  # shakespeare, natural: clients with fewer samples are left out
         64, lambda v: v >= 2, "must be >= 2 (a client needs a train and a test sample)"
     )
     max_client_samples: int | None = checked(  # shakespeare: a role's first N samples; null: all
