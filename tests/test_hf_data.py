@@ -206,3 +206,30 @@ def test_the_shipped_femnist_config_runs_on_a_local_copy(femnist, tmp_path, caps
             "rounds=1", "runtime.executor=local", "--check"]  # fmt: skip
     assert main(["run", "configs/hf/femnist-natural-fedavg.yaml", *args]) == 0
     assert "3 clients" in capsys.readouterr().out
+
+
+def test_a_resumed_run_on_natural_writers_equals_the_uninterrupted_one(femnist, tmp_path):
+    import torch
+    from helpers import untimed
+
+    from fedsim.experiment import run_experiment
+
+    def run(out: Path, rounds: int, resume: bool = False):
+        cfg = _config(f"data.name=hf:{femnist[1]}", "data.num_clients=4", *NATURAL,
+                      "algorithm.name=fedper", "join_ratio=0.5", "checkpoint_every=2",
+                      f"rounds={rounds}", "client.batch_size=20")  # fmt: skip
+        return run_experiment(cfg, out, progress=False, report=False, resume=resume)
+
+    def metrics(out: Path) -> list[dict]:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        return untimed([json.loads(line) for line in lines])
+
+    straight = run(tmp_path / "straight", 4)
+    run(tmp_path / "resumed", 2)
+    resumed = run(tmp_path / "resumed", 4, resume=True)
+    for key in straight.state:
+        assert torch.equal(straight.state[key], resumed.state[key]), key
+    for client in straight.client_store.clients():
+        a, b = straight.client_store.get(client), resumed.client_store.get(client)
+        assert all(torch.equal(a[k], b[k]) for k in a), client
+    assert metrics(tmp_path / "resumed") == metrics(tmp_path / "straight")
