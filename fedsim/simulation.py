@@ -85,6 +85,8 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
         plays=d.plays,
         groups=None if hf is None else hf.groups,
         by=d.partition.by,
+        flwr_args=d.partition.args,
+        label_column=d.label_column,
     )
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map

@@ -86,6 +86,7 @@ DEPENDENT: list[Rule] = [
     ),  # fmt: skip
     ("data.partition.sigma", "data.partition.name", lambda v: v == "clustered", "clustered"),
     ("data.partition.by", "data.partition.name", lambda v: v == "natural", "natural"),
+    ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),
     *[
         (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
         for key in ("split", "input_column", "label_column", "resize")

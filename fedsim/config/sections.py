@@ -53,7 +53,9 @@ def _columns_ok(value: Any) -> bool:
 @dataclass
 class PartitionConfig:
     name: str = checked(  # iid|dirichlet|pathological|relabel|rotation|clustered|natural (hf:)
-        "dirichlet", lambda v: v in _PARTITIONS, "allowed: " + ", ".join(_PARTITIONS)
+        "dirichlet",
+        lambda v: v in _PARTITIONS or (v.startswith("flwr:") and len(v) > 5),
+        "allowed: " + ", ".join(_PARTITIONS) + ", or flwr:<a flwr-datasets partitioner>",
     )
     alpha: float = checked(  # Dirichlet concentration (dirichlet; clustered: per cluster)
         0.1, lambda v: v > 0, "must be > 0"
@@ -77,6 +79,11 @@ class PartitionConfig:
     )
     by: str | None = checked(  # natural (hf: data): one client per value of this column
         None, lambda v: v is None or len(v) > 0, "a column name (or null)"
+    )
+    args: dict = checked(  # flwr:<Partitioner>: its arguments, e.g. {alpha: 0.5, seed: 42}
+        predicate=lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+        allowed="a mapping of the partitioner's argument names to values",
+        factory=dict,
     )
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from fedsim.data.dataset_types import Dataset, NaturalClient
 from fedsim.data.federated import ClientSplit, FederatedData, split_train_test
+from fedsim.data.flwr_partition import is_flwr_partition, partition_flwr
 from fedsim.data.heterogeneity import (
     HETEROGENEITY_NAMES,
     check_settings,
@@ -198,6 +199,8 @@ def build_federated_data(
     plays: int | None = None,
     groups: np.ndarray | None = None,
     by: str | None = None,
+    flwr_args: dict[str, Any] | None = None,
+    label_column: str = "label",
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
@@ -209,7 +212,8 @@ def build_federated_data(
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
     permute the labels / rotate the images of each client's samples in a copy of the dataset;
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
-    `natural` makes one client per value of `groups` (the `by` column of an hf: dataset).
+    `natural` makes one client per value of `groups` (the `by` column of an hf: dataset);
+    `flwr:<Partitioner>` is flwr-datasets' partitioner with `flwr_args` (flwr_partition.py).
     """
     if dataset.natural_clients is not None:
         return build_natural_federation(
@@ -237,6 +241,14 @@ def build_federated_data(
         return build_group_federation(
             dataset, groups, num_clients, min_samples, train_ratio, seed, by
         )
+    if is_flwr_partition(partition):
+        parts, used = partition_flwr(
+            dataset.labels, partition, num_clients, flwr_args or {}, label_column, seed
+        )
+        split_rng = np.random.default_rng([seed, 1])
+        clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
+        info = {"name": partition, "args": used, "seed": seed, "train_ratio": train_ratio}
+        return FederatedData(dataset=dataset, clients=clients, partition=info)
     if partition not in ALL_PARTITION_NAMES:
         raise ConfigError(
             "data.partition.name", partition, f"allowed: {', '.join(ALL_PARTITION_NAMES)}"
