@@ -233,3 +233,18 @@ def test_a_resumed_run_on_natural_writers_equals_the_uninterrupted_one(femnist, 
         a, b = straight.client_store.get(client), resumed.client_store.get(client)
         assert all(torch.equal(a[k], b[k]) for k in a), client
     assert metrics(tmp_path / "resumed") == metrics(tmp_path / "straight")
+
+
+@pytest.mark.parametrize("data", ["femnist", "tabular"])
+def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, data, ray_cluster):
+    from helpers import run_local_and_ray, untimed
+
+    if data == "femnist":
+        keys = [f"data.name=hf:{femnist[0]}", *NATURAL, "algorithm.name=fedper"]
+    else:
+        keys = [f"data.name=hf:{tabular}", "data.input_column=[f0,f1,f2,f3]", "model.name=mlp",
+                "data.partition.name=natural", "data.partition.by=site",
+                "data.min_samples=10"]  # fmt: skip
+    cfg = _config(*keys, "data.num_clients=3", "rounds=2", "client.batch_size=20")
+    local, ray_run = run_local_and_ray(cfg)
+    assert untimed(ray_run.history) == untimed(local.history)
