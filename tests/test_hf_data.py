@@ -248,3 +248,10 @@ def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, dat
     cfg = _config(*keys, "data.num_clients=3", "rounds=2", "client.batch_size=20")
     local, ray_run = run_local_and_ray(cfg)
     assert untimed(ray_run.history) == untimed(local.history)
+
+
+def test_natural_without_a_column_is_refused(femnist, tmp_path, capsys):
+    err = _refused(tmp_path, capsys, f"data.name=hf:{femnist[0]}", *NATURAL[:2])
+    assert "data.partition.name='natural': needs data.partition.by" in err
+    err = _refused(tmp_path, capsys, "data.partition.name=natural")  # mnist-5k
+    assert "needs data.partition.by, a column of an hf: dataset" in err
