@@ -182,6 +182,7 @@ def test_images_of_mixed_sizes_need_data_resize(tmp_path, capsys):
         ),
     )
     mixed.save_to_disk(str(tmp_path / "mixed"))
+    capsys.readouterr()  # datasets' progress bars
     name = f"data.name=hf:{tmp_path / 'mixed'}"
     err = _refused(tmp_path, capsys, name, "data.label_column=character")
     assert "data.resize=null: the images of image are 28x28, 32x32, not one square size" in err
@@ -255,3 +256,20 @@ def test_natural_without_a_column_is_refused(femnist, tmp_path, capsys):
     assert "data.partition.name='natural': needs data.partition.by" in err
     err = _refused(tmp_path, capsys, "data.partition.name=natural")  # mnist-5k
     assert "needs data.partition.by, a column of an hf: dataset" in err
+
+
+def test_data_split_picks_a_split_of_a_saved_dataset_dict(tmp_path, capsys):
+    import datasets
+    from hf_fixtures import femnist_dataset
+
+    parts = femnist_dataset().train_test_split(test_size=40, seed=0)
+    parts.save_to_disk(str(tmp_path / "dict"))
+    capsys.readouterr()  # datasets' progress bars
+    name = f"hf:{tmp_path / 'dict'}"
+    assert isinstance(parts, datasets.DatasetDict)
+    for split, rows in (("train", 200), ("test", 40)):
+        hf = load_hf(HFSource(name, split=split, label_column="character"))
+        assert len(hf.dataset) == rows and hf.info["split"] == split
+    err = _refused(tmp_path, capsys, f"data.name={name}", "data.split=valid",
+                   "data.label_column=character")  # fmt: skip
+    assert "data.split='valid': allowed: train, test" in err
