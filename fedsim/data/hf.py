@@ -74,7 +74,8 @@ def is_hf_name(name: str) -> bool:
 @functools.lru_cache(maxsize=2)
 def load_hf(source: HFSource) -> HFData:
     """Read ``source`` into memory (raises a one-line ConfigError on bad input). Nothing is
-    left on disk: ``datasets``' cache for parquet/CSV lives in a temporary folder."""
+    left on disk for a local path: ``datasets``' cache for parquet/CSV lives in a temporary
+    folder (a Hub id, online only, goes to datasets' own cache)."""
     with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
         table = _open_split(source, cache)
         _check_columns(source, table.column_names)
@@ -110,8 +111,8 @@ def _open_split(source: HFSource, cache: str) -> Any:
     if not path.exists():
         if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no"):
             raise _hub_unreachable(source, "HF_HUB_OFFLINE is set")
-        try:
-            loaded = datasets.load_dataset(str(path), cache_dir=cache)
+        try:  # online: datasets' own cache, so a second run does not download again
+            loaded = datasets.load_dataset(source.name[len(HF_PREFIX) :])
         except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
             raise _hub_unreachable(source, type(error).__name__) from None
     elif path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
