@@ -108,8 +108,8 @@ def _run(tmp_path: Path, *overrides: str) -> dict:
     return {"summary": summary, "partition": partition}
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedper"])
-def test_fedavg_and_fedper_run_on_natural_femnist_writers(femnist, tmp_path, algorithm):
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedper", "ditto"])
+def test_fedavg_fedper_and_ditto_run_on_natural_femnist_writers(femnist, tmp_path, algorithm):
     run = _run(tmp_path, f"data.name=hf:{femnist[0]}", "data.num_clients=3", *NATURAL,
                f"algorithm.name={algorithm}")  # fmt: skip
     assert run["partition"]["num_clients"] == 3 and run["partition"]["num_classes"] == 62
