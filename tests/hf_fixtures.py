@@ -69,3 +69,40 @@ def save_tabular_csv(path: Path, rows: int = 240) -> Path:
         lines.append(",".join(map(str, x)) + f",{names[x.argmax()]},s{i % 3}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# CelebA's 40 binary attributes (flwrlabs/celeba keeps them as bool columns beside image and
+# celeb_id; LEAF's task is one of them, Smiling)
+CELEBA_ATTRIBUTES = (
+    "5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose "
+    "Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses "
+    "Goatee Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache "
+    "Narrow_Eyes No_Beard Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks "
+    "Sideburns Smiling Straight_Hair Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick "
+    "Wearing_Necklace Wearing_Necktie Young"
+).split()
+CELEB_SIZES = {7: 30, 3: 20, 5: 10}
+
+
+def save_celeba(folder: Path) -> Path:
+    """60 colour 178x218 (W x H) images in CelebA's layout, made from mnist-5k digits, three
+    celebrities (celeb_id), Smiling true for even digits; saved with save_to_disk."""
+    import datasets
+    from PIL import Image
+
+    pixels, labels, _ = femnist_rows()
+    n = sum(CELEB_SIZES.values())
+    celebs = np.concatenate([[c] * k for c, k in CELEB_SIZES.items()])
+    images = []
+    for p in pixels[:n]:
+        grey = np.asarray(Image.fromarray(p).resize((178, 218)))
+        images.append(Image.fromarray(np.stack([grey, grey // 2, 255 - grey], axis=2)))
+    columns: dict = {"image": images, "celeb_id": [int(c) for c in celebs]}
+    features = {"image": datasets.Image(), "celeb_id": datasets.Value("int64")}
+    for k, attribute in enumerate(CELEBA_ATTRIBUTES):
+        columns[attribute] = [bool(y % 2 == 0) if attribute == "Smiling" else bool((y + k) % 3)
+                              for y in labels[:n]]  # fmt: skip
+        features[attribute] = datasets.Value("bool")
+    ds = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+    ds.save_to_disk(str(folder / "celeba"))
+    return folder / "celeba"

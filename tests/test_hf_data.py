@@ -273,3 +273,23 @@ def test_data_split_picks_a_split_of_a_saved_dataset_dict(tmp_path, capsys):
     err = _refused(tmp_path, capsys, f"data.name={name}", "data.split=valid",
                    "data.label_column=character")  # fmt: skip
     assert "data.split='valid': allowed: train, test" in err
+
+
+def test_celeba_schema_is_colour_images_resized_with_a_binary_attribute(tmp_path, capsys):
+    from hf_fixtures import CELEB_SIZES, femnist_rows, save_celeba
+
+    path = save_celeba(tmp_path)
+    capsys.readouterr()  # datasets' progress bars
+    celeba = [f"data.name=hf:{path}", "data.label_column=Smiling"]
+    err = _refused(tmp_path, capsys, *celeba)
+    assert "the images of image are 218x178, not one square size" in err
+    by_celeb = ["data.resize=32", "data.partition.name=natural", "data.partition.by=celeb_id",
+                "data.num_clients=3", "data.min_samples=10"]  # fmt: skip
+    data = build_data(_config(*celeba, *by_celeb))
+    assert data.dataset.images.shape == (60, 3, 32, 32) and data.num_classes == 2
+    assert data.partition["data"]["label_names"] == ["False", "True"]
+    assert [c["celeb_id"] for c in data.partition["clients"]] == [str(c) for c in CELEB_SIZES]
+    _, digits, _ = femnist_rows()
+    assert sorted(data.dataset.labels.tolist()) == sorted((digits[:60] % 2 == 0).tolist())
+    run = _run(tmp_path, *celeba, *by_celeb)
+    assert run["partition"]["num_classes"] == 2

@@ -119,7 +119,7 @@ class DataConfig:
     input_column: Any = checked(  # hf: the image column, or numeric column(s) for tabular rows
         "image", _columns_ok, "a column name, or a list of numeric column names"
     )
-    label_column: str = checked(  # hf: the class column (integers >= 0 or strings)
+    label_column: str = checked(  # hf: the class column (integers >= 0, true/false or strings)
         "label", lambda v: len(v) > 0, "a column name"
     )
     resize: int | None = checked(  # hf: images resized to this square side; null: as stored

@@ -160,7 +160,8 @@ def _check_columns(source: HFSource, columns: list[str]) -> None:
 
 
 def _labels(source: HFSource, table: Any) -> tuple[np.ndarray, list[str]]:
-    """int64 class ids and the class names (ClassLabel names, sorted strings, or str(id))."""
+    """int64 class ids and the class names (ClassLabel names, sorted strings, False/True for
+    a binary attribute, or str(id))."""
     import datasets
 
     feature = table.features[source.label_column]
@@ -170,8 +171,11 @@ def _labels(source: HFSource, table: Any) -> tuple[np.ndarray, list[str]]:
     not_classes = ConfigError(
         "data.label_column",
         source.label_column,
-        f"holds {_first_bad(values)!r}, not a class: labels must be integers >= 0 or strings",
+        f"holds {_first_bad(values)!r}, not a class: labels must be integers >= 0, strings "
+        "or true/false",
     )
+    if values and all(isinstance(v, (bool, np.bool_)) for v in values):  # CelebA's Smiling
+        return np.asarray(values, dtype=np.int64), ["False", "True"]
     if values and all(isinstance(v, str) for v in values):
         names = sorted(set(values))
         index = {name: i for i, name in enumerate(names)}
