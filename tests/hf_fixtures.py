@@ -106,3 +106,34 @@ def save_celeba(folder: Path) -> Path:
     ds = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
     ds.save_to_disk(str(folder / "celeba"))
     return folder / "celeba"
+
+
+# Real lines (Hamlet III.1, Macbeth V.5, Romeo and Juliet II.2), one role each
+SPEECHES = {
+    "HAMLET_HAMLET": "To be, or not to be, that is the question: Whether 'tis nobler in the "
+    "mind to suffer the slings and arrows of outrageous fortune, or to take arms against a sea "
+    "of troubles, and by opposing end them. To die: to sleep; no more; and by a sleep to say we "
+    "end the heart-ache and the thousand natural shocks that flesh is heir to.",
+    "MACBETH_MACBETH": "To-morrow, and to-morrow, and to-morrow, creeps in this petty pace "
+    "from day to day, to the last syllable of recorded time; and all our yesterdays have "
+    "lighted fools the way to dusty death. Out, out, brief candle!",
+    "ROMEO_JULIET": "O Romeo, Romeo! wherefore art thou Romeo? Deny thy father and refuse "
+    "thy name; or, if thou wilt not, be but sworn my love, and I'll no longer be a Capulet.",
+}
+
+
+def save_shakespeare(folder: Path) -> tuple[Path, dict[str, int]]:
+    """flwrlabs/shakespeare's layout (character_id, x: 80 characters, y: the next one), every
+    window of each speech, saved with save_to_disk; and the windows per role."""
+    import datasets
+
+    rows: dict[str, list[str]] = {"character_id": [], "x": [], "y": []}
+    counts = {}
+    for role, text in SPEECHES.items():
+        counts[role] = len(text) - 80
+        for i in range(len(text) - 80):
+            rows["character_id"].append(role)
+            rows["x"].append(text[i : i + 80])
+            rows["y"].append(text[i + 80])
+    datasets.Dataset.from_dict(rows).save_to_disk(str(folder / "shakespeare"))
+    return folder / "shakespeare", counts

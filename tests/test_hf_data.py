@@ -293,3 +293,23 @@ def test_celeba_schema_is_colour_images_resized_with_a_binary_attribute(tmp_path
     assert sorted(data.dataset.labels.tolist()) == sorted((digits[:60] % 2 == 0).tolist())
     run = _run(tmp_path, *celeba, *by_celeb)
     assert run["partition"]["num_classes"] == 2
+
+
+def test_shakespeare_schema_is_char_windows_for_the_char_lstm(tmp_path):
+    from hf_fixtures import SPEECHES, save_shakespeare
+
+    from fedsim.data.text import decode
+
+    path, counts = save_shakespeare(tmp_path)
+    text = [f"data.name=hf:{path}", "data.input_column=x", "data.label_column=y",
+            "data.partition.name=natural", "data.partition.by=character_id",
+            "data.num_clients=3", "data.min_samples=10", "model.name=char_lstm"]  # fmt: skip
+    data = build_data(_config(*text))
+    assert [c["character_id"] for c in data.partition["clients"]] == list(SPEECHES)
+    assert [len(c.all) for c in data.clients] == list(counts.values())
+    first = np.sort(data.clients[0].all)[:1]
+    x, y = data.batch(first)
+    assert tuple(x.shape) == (1, 80) and decode(x[0].numpy()) == SPEECHES["HAMLET_HAMLET"][:80]
+    assert decode(y.numpy()) == SPEECHES["HAMLET_HAMLET"][80]
+    run = _run(tmp_path, *text)
+    assert run["partition"]["num_classes"] == 80

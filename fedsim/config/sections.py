@@ -116,7 +116,7 @@ class DataConfig:
     split: str = checked(  # hf: the split to read (a save_to_disk folder may hold several)
         "train", lambda v: len(v) > 0, "a split name, e.g. train"
     )
-    input_column: Any = checked(  # hf: the image column, or numeric column(s) for tabular rows
+    input_column: Any = checked(  # hf: image column, numeric column(s) (tabular) or text windows
         "image", _columns_ok, "a column name, or a list of numeric column names"
     )
     label_column: str = checked(  # hf: the class column (integers >= 0, true/false or strings)

@@ -79,8 +79,11 @@ def load_hf(source: HFSource) -> HFData:
     with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
         table = _open_split(source, cache)
         _check_columns(source, table.column_names)
-        labels, label_names = _labels(source, table)
-        dataset = _inputs(source, table, labels, len(label_names))
+        if _is_text(table.features[source.input_columns[0]], source):
+            dataset, label_names = _text(source, table)
+        else:
+            labels, label_names = _labels(source, table)
+            dataset = _inputs(source, table, labels, len(label_names))
         groups = None if source.by is None else np.asarray(table[source.by], dtype=object)
     info: dict[str, Any] = {
         "source": source.name,
@@ -90,6 +93,42 @@ def load_hf(source: HFSource) -> HFData:
         "label_names": label_names,
     }
     return HFData(dataset, groups, info)
+
+
+def _is_text(feature: Any, source: HFSource) -> bool:
+    """One string input column: character windows (Shakespeare's x), the char_lstm task."""
+    dtype = getattr(feature, "dtype", None)
+    return len(source.input_columns) == 1 and dtype in ("string", "large_string")
+
+
+def _text(source: HFSource, table: Any) -> tuple[Dataset, list[str]]:
+    """Rows of one-length character windows and their next character (flwrlabs/shakespeare's
+    x and y) as a TextDataset over LEAF's vocabulary (its 80 characters are the classes)."""
+    from fedsim.data.text import ALL_LETTERS, NUM_LETTERS, TextDataset, encode
+
+    column = source.input_columns[0]
+    windows, targets = list(table[column]), list(table[source.label_column])
+    lengths = sorted({len(w) for w in windows})
+    if len(lengths) != 1 or lengths[0] < 1:
+        raise ConfigError(
+            "data.input_column", column, f"text rows of {lengths[:4]} characters: the windows "
+            "of a text column must have one length (Shakespeare's x: 80)",
+        )  # fmt: skip
+    if not all(isinstance(t, str) and len(t) == 1 for t in targets):
+        raise ConfigError(
+            "data.label_column", source.label_column, f"holds {_first_not_char(targets)!r}: a "
+            "text input's label is the one character that follows its window",
+        )  # fmt: skip
+    starts = np.arange(len(windows), dtype=np.int64) * lengths[0]
+    labels = encode("".join(targets)).astype(np.int64)
+    dataset = TextDataset(
+        source.name, encode("".join(windows)), starts, labels, NUM_LETTERS, lengths[0]
+    )
+    return dataset, list(ALL_LETTERS)
+
+
+def _first_not_char(values: list[Any]) -> Any:
+    return next((v for v in values if not (isinstance(v, str) and len(v) == 1)), None)
 
 
 def _hub_unreachable(source: HFSource, reason: str) -> ConfigError:
