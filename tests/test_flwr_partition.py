@@ -47,8 +47,13 @@ def test_a_flwr_partitioner_takes_the_runs_seed_unless_args_set_one():
                  "data.partition.name=flwr:IidPartitioner")  # fmt: skip
     assert data.num_clients == 5 and sum(len(c.all) for c in data.clients) == 400
     assert data.partition["args"] == {"num_partitions": 5}  # IidPartitioner takes no seed
-    data = _data("data.max_samples=400", "data.num_clients=5", "seed=3",
-                 "data.partition.name=flwr:DirichletPartitioner", "data.partition.args={alpha: 1}")
+    data = _data(
+        "data.max_samples=400",
+        "data.num_clients=5",
+        "seed=3",
+        "data.partition.name=flwr:DirichletPartitioner",
+        "data.partition.args={alpha: 1}",
+    )
     assert data.partition["args"]["seed"] == 3
 
 

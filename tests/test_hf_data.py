@@ -144,8 +144,10 @@ def _refused(tmp_path: Path, capsys, *overrides: str) -> str:
 
 def test_a_missing_column_lists_the_columns(femnist, tmp_path, capsys):
     err = _refused(tmp_path, capsys, f"data.name=hf:{femnist[0]}")  # label_column=label
-    assert "data.label_column='label': no such column; the columns are: image, writer_id, " \
+    assert (
+        "data.label_column='label': no such column; the columns are: image, writer_id, "
         "character, hsf_id" in err
+    )
     err = _refused(tmp_path, capsys, f"data.name=hf:{femnist[0]}", *NATURAL[:2],
                    "data.partition.by=writer")  # fmt: skip
     assert "data.partition.by='writer': no such column" in err

@@ -45,8 +45,8 @@ _PARTITIONS = ("iid", "dirichlet", "pathological", "relabel", "rotation", "clust
 def _columns_ok(value: Any) -> bool:
     """One column name, or a non-empty list of names (numeric columns: tabular)."""
     names = [value] if isinstance(value, str) else value
-    return isinstance(names, list) and len(names) > 0 and all(
-        isinstance(n, str) and n for n in names
+    return (
+        isinstance(names, list) and len(names) > 0 and all(isinstance(n, str) and n for n in names)
     )
 
 

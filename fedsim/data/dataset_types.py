@@ -199,8 +199,7 @@ class TabularDataset(Dataset):
     def __post_init__(self) -> None:
         if self.features.ndim != 2 or self.features.dtype != np.float32:
             raise ValueError(
-                f"features must be float32 (N, F), got {self.features.dtype} "
-                f"{self.features.shape}"
+                f"features must be float32 (N, F), got {self.features.dtype} {self.features.shape}"
             )
         if self.labels.shape != (self.features.shape[0],):
             raise ValueError(
@@ -228,8 +227,9 @@ class TabularDataset(Dataset):
         return replace(self, features=self.features[indices], labels=self.labels[indices])
 
     def concat(self, other: Dataset) -> TabularDataset:
-        if not isinstance(other, TabularDataset) or other.features.shape[1] != (
-            self.features.shape[1]
+        if (
+            not isinstance(other, TabularDataset)
+            or other.features.shape[1:] != (self.features.shape[1:])
         ):
             raise ValueError(f"{other.name} rows do not have {self.name}'s features")
         return replace(

@@ -247,9 +247,8 @@ def _inputs(source: HFSource, table: Any, labels: np.ndarray, num_classes: int) 
     if len(columns) == 1 and isinstance(feature, datasets.Image):
         images = _stack_images(source, [_pil_array(img) for img in table[columns[0]]])
         return ImageDataset(name, images, labels, num_classes)
-    if len(columns) == 1 and isinstance(feature, (datasets.List, datasets.Sequence)) or (
-        len(columns) == 1 and type(feature).__name__.startswith("Array")
-    ):
+    arrays = isinstance(feature, (datasets.List, datasets.Sequence))
+    if len(columns) == 1 and (arrays or type(feature).__name__.startswith("Array")):
         rows = [np.asarray(v) for v in table[columns[0]]]
         if rows and rows[0].ndim >= 2:
             return ImageDataset(name, _stack_images(source, rows), labels, num_classes)
