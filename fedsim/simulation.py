@@ -19,10 +19,12 @@ from fedsim.algorithms.base import Algorithm, FederationInfo
 from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint
 from fedsim.config import ExperimentConfig
-from fedsim.data.build import build_federated_data
+from fedsim.data.build import NATURAL, build_federated_data
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
+from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.deployment.driver import Deployment
+from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.rounds.compose import (
     build_round_kind,
@@ -55,9 +57,18 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
     """The config's dataset (or ``dataset``, e.g. a subset of it), partitioned and split per
     client as the config says (raises ConfigError)."""
     d = cfg.data
-    if dataset is None:
+    hf = None
+    if dataset is None and is_hf_name(d.name):
+        hf = load_hf(hf_source(d))
+        dataset = hf.dataset
+    elif dataset is None:
         dataset = cached_dataset(d.name, d.root, d.download)
-    return build_federated_data(
+    if d.partition.name == NATURAL and d.max_samples is not None:
+        raise ConfigError(
+            "data.max_samples", d.max_samples, "does not apply to natural clients; use "
+            "data.num_clients and data.min_samples (or null)",
+        )  # fmt: skip
+    data = build_federated_data(
         stratified_subset(dataset.normalized(d.normalize), d.max_samples),
         d.num_clients,
         d.partition.name,
@@ -72,7 +83,14 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
         min_samples=d.min_samples,
         max_client_samples=d.max_client_samples,
         plays=d.plays,
+        groups=None if hf is None else hf.groups,
+        by=d.partition.by,
+        flwr_args=d.partition.args,
+        label_column=d.label_column,
     )
+    if hf is not None:
+        data.partition["data"] = hf.info  # partition.json: columns and the label map
+    return data
 
 
 def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:

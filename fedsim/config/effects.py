@@ -85,6 +85,12 @@ DEPENDENT: list[Rule] = [
         "relabel|rotation",
     ),  # fmt: skip
     ("data.partition.sigma", "data.partition.name", lambda v: v == "clustered", "clustered"),
+    ("data.partition.by", "data.partition.name", lambda v: v == "natural", "natural"),
+    ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),
+    *[
+        (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
+        for key in ("split", "input_column", "label_column", "resize")
+    ],
     ("client.betas", "client.optimizer", lambda v: v in ("adam", "adamw"), "adam|adamw"),
     ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
     ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),

@@ -39,13 +39,23 @@ def _dataset_resolves(name: str) -> bool:
     return True
 
 
-_PARTITIONS = ("iid", "dirichlet", "pathological", "relabel", "rotation", "clustered")
+_PARTITIONS = ("iid", "dirichlet", "pathological", "relabel", "rotation", "clustered", "natural")
+
+
+def _columns_ok(value: Any) -> bool:
+    """One column name, or a non-empty list of names (numeric columns: tabular)."""
+    names = [value] if isinstance(value, str) else value
+    return (
+        isinstance(names, list) and len(names) > 0 and all(isinstance(n, str) and n for n in names)
+    )
 
 
 @dataclass
 class PartitionConfig:
-    name: str = checked(  # iid | dirichlet | pathological | relabel | rotation | clustered
-        "dirichlet", lambda v: v in _PARTITIONS, "allowed: " + ", ".join(_PARTITIONS)
+    name: str = checked(  # iid|dirichlet|pathological|relabel|rotation|clustered|natural (hf:)
+        "dirichlet",
+        lambda v: v in _PARTITIONS or (v.startswith("flwr:") and len(v) > 5),
+        "allowed: " + ", ".join(_PARTITIONS) + ", or flwr:<a flwr-datasets partitioner>",
     )
     alpha: float = checked(  # Dirichlet concentration (dirichlet; clustered: per cluster)
         0.1, lambda v: v > 0, "must be > 0"
@@ -67,12 +77,20 @@ class PartitionConfig:
     sigma: float = checked(  # clustered: clients' spread around their cluster's class mix
         1.0, lambda v: v > 0, "must be > 0"
     )
+    by: str | None = checked(  # natural (hf: data): one client per value of this column
+        None, lambda v: v is None or len(v) > 0, "a column name (or null)"
+    )
+    args: dict = checked(  # flwr:<Partitioner>: its arguments, e.g. {alpha: 0.5, seed: 42}
+        predicate=lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+        allowed="a mapping of the partitioner's argument names to values",
+        factory=dict,
+    )
 
 
 @dataclass
 class DataConfig:
-    name: str = checked(  # mnist(-5k), fashion-mnist, cifar10/100, shakespeare, leaf-shakespeare
-        "mnist-5k", _dataset_resolves, "a built-in name or module:function"
+    name: str = checked(  # mnist(-5k), fashion-mnist, cifar10/100, shakespeare, hf:<local path>
+        "mnist-5k", _dataset_resolves, "a built-in name, hf:<local path> or module:function"
     )
     root: str = "data"  # folder the datasets are read from (and downloaded to)
     num_clients: int = checked(20, lambda v: v >= 1, "must be >= 1")  # clients to split into
@@ -86,7 +104,7 @@ class DataConfig:
     max_samples: int | None = checked(  # a stratified subset before partitioning; null: all
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: all samples)"
     )
-    min_samples: int = checked(  # shakespeare: roles with fewer samples are left out
+    min_samples: int = checked(  # shakespeare, natural: clients with fewer samples are left out
         64, lambda v: v >= 2, "must be >= 2 (a client needs a train and a test sample)"
     )
     max_client_samples: int | None = checked(  # shakespeare: a role's first N samples; null: all
@@ -94,6 +112,18 @@ class DataConfig:
     )
     plays: int | None = checked(  # shakespeare: the roles come from this many plays, dealt in turn
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: the largest roles of any play)"
+    )
+    split: str = checked(  # hf: the split to read (a save_to_disk folder may hold several)
+        "train", lambda v: len(v) > 0, "a split name, e.g. train"
+    )
+    input_column: Any = checked(  # hf: image column, numeric column(s) (tabular) or text windows
+        "image", _columns_ok, "a column name, or a list of numeric column names"
+    )
+    label_column: str = checked(  # hf: the class column (integers >= 0, true/false or strings)
+        "label", lambda v: len(v) > 0, "a column name"
+    )
+    resize: int | None = checked(  # hf: images resized to this square side; null: as stored
+        None, lambda v: v is None or v >= 1, "must be >= 1 (or null: keep the images' size)"
     )
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 

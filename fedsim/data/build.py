@@ -10,6 +10,7 @@ import numpy as np
 
 from fedsim.data.dataset_types import Dataset, NaturalClient
 from fedsim.data.federated import ClientSplit, FederatedData, split_train_test
+from fedsim.data.flwr_partition import is_flwr_partition, partition_flwr
 from fedsim.data.heterogeneity import (
     HETEROGENEITY_NAMES,
     check_settings,
@@ -20,6 +21,47 @@ from fedsim.data.partition import PARTITION_NAMES, check_partition_inputs, parti
 from fedsim.errors import ConfigError
 
 ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.name
+NATURAL = "natural"  # one client per value of data.partition.by (hf: datasets)
+
+
+def build_group_federation(
+    dataset: Dataset,
+    groups: np.ndarray,
+    num_clients: int,
+    min_samples: int,
+    train_ratio: float,
+    seed: int,
+    by: str,
+) -> FederatedData:
+    """One client per value of ``groups`` (``data.partition.by``: FEMNIST's writer_id): the
+    ``num_clients`` largest with >= ``min_samples`` samples (ties: first seen first), each
+    split into train and test like a partition's (``split_train_test``, ``train_ratio``).
+    The dataset keeps the chosen clients' samples only."""
+    values, first, inverse, counts = np.unique(
+        groups.astype(str), return_index=True, return_inverse=True, return_counts=True
+    )
+    eligible = np.flatnonzero(counts >= min_samples)
+    if num_clients > len(eligible):
+        raise ConfigError(
+            "data.num_clients",
+            num_clients,
+            f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} samples "
+            f"(of {len(values)}); use at most {len(eligible)} or lower data.min_samples",
+        )
+    chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
+    members = [np.flatnonzero(inverse == k) for k in chosen]
+    keep = np.concatenate(members) if members else np.zeros(0, np.int64)
+    position = np.empty(len(groups), dtype=np.int64)
+    position[keep] = np.arange(len(keep))
+    split_rng = np.random.default_rng([seed, 1])
+    clients = [split_train_test(position[m], train_ratio, split_rng) for m in members]
+    info: dict[str, Any] = {
+        "name": NATURAL, "by": by, "seed": seed, "train_ratio": train_ratio,
+        "min_samples": min_samples, "clients_available": len(eligible),
+        "clients": [{"client": i, by: str(values[k]), "samples": int(counts[k])}
+                    for i, k in enumerate(chosen)],
+    }  # fmt: skip
+    return FederatedData(dataset=dataset.subset(keep), clients=clients, partition=info)
 
 
 def build_natural_federation(
@@ -155,6 +197,10 @@ def build_federated_data(
     min_samples: int = 64,
     max_client_samples: int | None = None,
     plays: int | None = None,
+    groups: np.ndarray | None = None,
+    by: str | None = None,
+    flwr_args: dict[str, Any] | None = None,
+    label_column: str = "label",
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
@@ -166,6 +212,8 @@ def build_federated_data(
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
     permute the labels / rotate the images of each client's samples in a copy of the dataset;
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
+    `natural` makes one client per value of `groups` (the `by` column of an hf: dataset);
+    `flwr:<Partitioner>` is flwr-datasets' partitioner with `flwr_args` (flwr_partition.py).
     """
     if dataset.natural_clients is not None:
         return build_natural_federation(
@@ -184,6 +232,23 @@ def build_federated_data(
             )
     if not 0 < train_ratio < 1:
         raise ConfigError("data.train_ratio", train_ratio, "must lie strictly between 0 and 1")
+    if partition == NATURAL:
+        if groups is None or by is None:
+            raise ConfigError(
+                "data.partition.name", partition, "needs data.partition.by, a column of an "
+                "hf: dataset (shakespeare comes with its clients already)",
+            )  # fmt: skip
+        return build_group_federation(
+            dataset, groups, num_clients, min_samples, train_ratio, seed, by
+        )
+    if is_flwr_partition(partition):
+        parts, used = partition_flwr(
+            dataset.labels, partition, num_clients, flwr_args or {}, label_column, seed
+        )
+        split_rng = np.random.default_rng([seed, 1])
+        clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
+        info = {"name": partition, "args": used, "seed": seed, "train_ratio": train_ratio}
+        return FederatedData(dataset=dataset, clients=clients, partition=info)
     if partition not in ALL_PARTITION_NAMES:
         raise ConfigError(
             "data.partition.name", partition, f"allowed: {', '.join(ALL_PARTITION_NAMES)}"

@@ -181,3 +181,59 @@ class ImageDataset(Dataset):
             images=np.concatenate([self.images, other.images]),
             labels=np.concatenate([self.labels, other.labels]),
         )
+
+
+@dataclass(frozen=True)
+class TabularDataset(Dataset):
+    """Rows of numeric features in memory: float32 ``features`` (N, F), int64 labels (N,).
+
+    Models are built as for a 1x1 image of F channels (in_channels=F, image_size=1), which is
+    what the built-in ``mlp`` reads: F inputs.
+    """
+
+    name: str
+    features: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        if self.features.ndim != 2 or self.features.dtype != np.float32:
+            raise ValueError(
+                f"features must be float32 (N, F), got {self.features.dtype} {self.features.shape}"
+            )
+        if self.labels.shape != (self.features.shape[0],):
+            raise ValueError(
+                f"labels shape {self.labels.shape} does not match {self.features.shape[0]} rows"
+            )
+
+    @property
+    def inputs(self) -> np.ndarray:
+        return self.features
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features as float32 (B, F) and int64 labels."""
+        indices = np.asarray(indices, dtype=np.int64)
+        return torch.from_numpy(self.features[indices]), torch.from_numpy(self.labels[indices])
+
+    def model_kwargs(self) -> dict[str, int]:
+        return {
+            "in_channels": int(self.features.shape[1]),
+            "num_classes": self.num_classes,
+            "image_size": 1,
+        }
+
+    def subset(self, indices: np.ndarray) -> TabularDataset:
+        indices = np.asarray(indices, dtype=np.int64)
+        return replace(self, features=self.features[indices], labels=self.labels[indices])
+
+    def concat(self, other: Dataset) -> TabularDataset:
+        if (
+            not isinstance(other, TabularDataset)
+            or other.features.shape[1:] != (self.features.shape[1:])
+        ):
+            raise ValueError(f"{other.name} rows do not have {self.name}'s features")
+        return replace(
+            self,
+            features=np.concatenate([self.features, other.features]),
+            labels=np.concatenate([self.labels, other.labels]),
+        )

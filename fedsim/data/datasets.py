@@ -23,6 +23,7 @@ from fedsim.data.dataset_types import Dataset, ImageDataset, NaturalClient
 from fedsim.data.names import (
     DATASET_ALLOWED,
     DATASET_NAMES,
+    HF_PREFIX,
     IMAGE_DATASET_NAMES,
     TEXT_DATASET_NAMES,
     dataset_loader,
@@ -104,6 +105,10 @@ def load_dataset(name: str, root: str | Path, download: bool = True) -> Dataset:
                 f"fedsim Dataset); {DATASET_ALLOWED}",
             )
         return dataset
+    if name.startswith(HF_PREFIX):
+        from fedsim.data.hf import HFSource, load_hf
+
+        return load_hf(HFSource(name)).dataset
     if name in TEXT_DATASET_NAMES:
         from fedsim.data.text import load_text_dataset
 

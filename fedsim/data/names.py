@@ -25,8 +25,11 @@ SUMMARIES = {
     "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
 }
 
+HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py
+
 DATASET_ALLOWED = (
-    f"allowed: {', '.join(DATASET_NAMES)}, or module:function returning a "
+    f"allowed: {', '.join(DATASET_NAMES)}, hf:<local path> (a datasets save_to_disk folder, "
+    "parquet or CSV), or module:function returning a "
     "fedsim.data.datasets.Dataset such as ImageDataset (called with root= and download= if "
     "it takes them)"
 )
@@ -39,7 +42,7 @@ def dataset_loader(name: str) -> Callable[..., Any] | None:
     ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
     Raises ConfigError.
     """
-    if name in DATASET_NAMES:
+    if name in DATASET_NAMES or (name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX)):
         return None
     if not is_import_path(name):
         raise ConfigError("data.name", name, DATASET_ALLOWED)

@@ -1,0 +1,327 @@
+"""``data.name=hf:<local path>``: a Hugging Face ``datasets`` folder (``save_to_disk``) or
+parquet / CSV / JSON files, read once into fedsim's in-memory datasets: images (grey or
+colour, for the CNNs) or numeric feature columns (tabular, for ``mlp``).
+
+String labels become ids (sorted names; the map goes to partition.json); a
+``data.partition.by`` column is read too, for natural clients (one per value).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
+from fedsim.data.names import HF_PREFIX
+from fedsim.errors import ConfigError
+
+_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+@dataclass(frozen=True)
+class HFSource:
+    """What to read: ``data.name`` (hf:path), ``data.split``, the input column(s),
+    ``data.label_column``, ``data.partition.by`` (or None) and ``data.resize`` (or None)."""
+
+    name: str
+    split: str = "train"
+    input_columns: tuple[str, ...] = ("image",)
+    label_column: str = "label"
+    by: str | None = None
+    resize: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.name[len(HF_PREFIX) :]).expanduser()
+
+
+@dataclass(frozen=True)
+class HFData:
+    """The dataset, each sample's ``data.partition.by`` value (None without one), and what
+    partition.json records (source, columns, label names)."""
+
+    dataset: Dataset
+    groups: np.ndarray | None
+    info: dict[str, Any]
+
+
+def hf_source(data: Any) -> HFSource:
+    """The HFSource a config's ``data`` section names (``data.partition.by`` is read only
+    for ``data.partition.name=natural``; config/effects.py refuses it otherwise)."""
+    by = data.partition.by if data.partition.name == "natural" else None
+    columns = data.input_column
+    return HFSource(
+        data.name,
+        data.split,
+        (columns,) if isinstance(columns, str) else tuple(columns),
+        data.label_column,
+        by,
+        data.resize,
+    )
+
+
+def is_hf_name(name: str) -> bool:
+    """Whether ``data.name`` names a Hugging Face dataset (``hf:<path>``)."""
+    return name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX)
+
+
+@functools.lru_cache(maxsize=2)
+def load_hf(source: HFSource) -> HFData:
+    """Read ``source`` into memory (raises a one-line ConfigError on bad input). Nothing is
+    left on disk for a local path: ``datasets``' cache for parquet/CSV lives in a temporary
+    folder (a Hub id, online only, goes to datasets' own cache)."""
+    with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
+        table = _open_split(source, cache)
+        _check_columns(source, table.column_names)
+        if _is_text(table.features[source.input_columns[0]], source):
+            dataset, label_names = _text(source, table)
+        else:
+            labels, label_names = _labels(source, table)
+            dataset = _inputs(source, table, labels, len(label_names))
+        groups = None if source.by is None else np.asarray(table[source.by], dtype=object)
+    info: dict[str, Any] = {
+        "source": source.name,
+        "split": source.split,
+        "input_columns": list(source.input_columns),
+        "label_column": source.label_column,
+        "label_names": label_names,
+    }
+    return HFData(dataset, groups, info)
+
+
+def _is_text(feature: Any, source: HFSource) -> bool:
+    """One string input column: character windows (Shakespeare's x), the char_lstm task."""
+    dtype = getattr(feature, "dtype", None)
+    return len(source.input_columns) == 1 and dtype in ("string", "large_string")
+
+
+def _text(source: HFSource, table: Any) -> tuple[Dataset, list[str]]:
+    """Rows of one-length character windows and their next character (flwrlabs/shakespeare's
+    x and y) as a TextDataset over LEAF's vocabulary (its 80 characters are the classes)."""
+    from fedsim.data.text import ALL_LETTERS, NUM_LETTERS, TextDataset, encode
+
+    column = source.input_columns[0]
+    windows, targets = list(table[column]), list(table[source.label_column])
+    lengths = sorted({len(w) for w in windows})
+    if len(lengths) != 1 or lengths[0] < 1:
+        raise ConfigError(
+            "data.input_column", column, f"text rows of {lengths[:4]} characters: the windows "
+            "of a text column must have one length (Shakespeare's x: 80)",
+        )  # fmt: skip
+    if not all(isinstance(t, str) and len(t) == 1 for t in targets):
+        raise ConfigError(
+            "data.label_column", source.label_column, f"holds {_first_not_char(targets)!r}: a "
+            "text input's label is the one character that follows its window",
+        )  # fmt: skip
+    starts = np.arange(len(windows), dtype=np.int64) * lengths[0]
+    labels = encode("".join(targets)).astype(np.int64)
+    dataset = TextDataset(
+        source.name, encode("".join(windows)), starts, labels, NUM_LETTERS, lengths[0]
+    )
+    return dataset, list(ALL_LETTERS)
+
+
+def _first_not_char(values: list[Any]) -> Any:
+    return next((v for v in values if not (isinstance(v, str) and len(v) == 1)), None)
+
+
+def _hub_unreachable(source: HFSource, reason: str) -> ConfigError:
+    return ConfigError(
+        "data.name",
+        source.name,
+        f"{source.path} is not a local path, and this machine cannot reach the Hugging Face Hub "
+        f"({reason}): load it where the Hub is reachable, save it with datasets' save_to_disk "
+        "(or as parquet) and pass that local path, data.name=hf:/path/to/folder",
+    )
+
+
+def _open_split(source: HFSource, cache: str) -> Any:
+    """The ``data.split`` split of a local folder or file (or, online only, a Hub id)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    path = source.path
+    if not path.exists():
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no"):
+            raise _hub_unreachable(source, "HF_HUB_OFFLINE is set")
+        try:  # online: datasets' own cache, so a second run does not download again
+            loaded = datasets.load_dataset(source.name[len(HF_PREFIX) :])
+        except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
+            raise _hub_unreachable(source, type(error).__name__) from None
+    elif path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
+        loaded = datasets.load_from_disk(str(path))
+    elif path.is_file() and path.suffix in _FILE_BUILDERS:
+        builder = _FILE_BUILDERS[path.suffix]
+        loaded = datasets.load_dataset(builder, data_files=str(path), cache_dir=cache)
+    elif path.is_dir():
+        try:
+            loaded = datasets.load_dataset(str(path), cache_dir=cache)
+        except Exception as error:  # noqa: BLE001
+            raise ConfigError(
+                "data.name", source.name, f"datasets cannot read that folder "
+                f"({type(error).__name__}); allowed: a save_to_disk folder, or parquet, CSV "
+                "or JSON files",
+            ) from None  # fmt: skip
+    else:
+        raise ConfigError(
+            "data.name", source.name,
+            f"allowed: a save_to_disk folder, or a {', '.join(_FILE_BUILDERS)} file or folder",
+        )  # fmt: skip
+    if isinstance(loaded, datasets.Dataset):
+        if source.split != "train":
+            raise ConfigError("data.split", source.split, "that data has one split; use train")
+        return loaded
+    if source.split not in loaded:
+        raise ConfigError("data.split", source.split, f"allowed: {', '.join(loaded)}")
+    return loaded[source.split]
+
+
+def _check_columns(source: HFSource, columns: list[str]) -> None:
+    listed = f"no such column; the columns are: {', '.join(columns)}"
+    for column in source.input_columns:
+        if column not in columns:
+            raise ConfigError("data.input_column", column, listed)
+    if source.label_column not in columns:
+        raise ConfigError("data.label_column", source.label_column, listed)
+    if source.by is not None and source.by not in columns:
+        raise ConfigError("data.partition.by", source.by, listed)
+    if source.label_column in source.input_columns:
+        raise ConfigError(
+            "data.input_column", source.label_column, "is data.label_column: inputs must not "
+            "hold the label",
+        )  # fmt: skip
+
+
+def _labels(source: HFSource, table: Any) -> tuple[np.ndarray, list[str]]:
+    """int64 class ids and the class names (ClassLabel names, sorted strings, False/True for
+    a binary attribute, or str(id))."""
+    import datasets
+
+    feature = table.features[source.label_column]
+    values = list(table[source.label_column])
+    if isinstance(feature, datasets.ClassLabel):
+        return np.asarray(values, dtype=np.int64), list(feature.names)
+    not_classes = ConfigError(
+        "data.label_column",
+        source.label_column,
+        f"holds {_first_bad(values)!r}, not a class: labels must be integers >= 0, strings "
+        "or true/false",
+    )
+    if values and all(isinstance(v, (bool, np.bool_)) for v in values):  # CelebA's Smiling
+        return np.asarray(values, dtype=np.int64), ["False", "True"]
+    if values and all(isinstance(v, str) for v in values):
+        names = sorted(set(values))
+        index = {name: i for i, name in enumerate(names)}
+        return np.asarray([index[v] for v in values], dtype=np.int64), names
+    if not all(_is_class_id(v) for v in values):
+        raise not_classes
+    labels = np.asarray(values, dtype=np.float64).astype(np.int64)
+    num_classes = int(labels.max()) + 1 if len(labels) else 0
+    return labels, [str(i) for i in range(num_classes)]
+
+
+def _is_class_id(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return float(value).is_integer() and value >= 0
+
+
+def _first_bad(values: list[Any]) -> Any:
+    return next((v for v in values if not _is_class_id(v)), values[0] if values else None)
+
+
+def _inputs(source: HFSource, table: Any, labels: np.ndarray, num_classes: int) -> Dataset:
+    """An ImageDataset (an Image column, or one column of 2-D/3-D arrays) or a
+    TabularDataset (numeric columns, or one column of 1-D arrays)."""
+    import datasets
+
+    name = source.name
+    columns = source.input_columns
+    feature = table.features[columns[0]]
+    if len(columns) == 1 and isinstance(feature, datasets.Image):
+        images = _stack_images(source, [_pil_array(img) for img in table[columns[0]]])
+        return ImageDataset(name, images, labels, num_classes)
+    arrays = isinstance(feature, (datasets.List, datasets.Sequence))
+    if len(columns) == 1 and (arrays or type(feature).__name__.startswith("Array")):
+        rows = [np.asarray(v) for v in table[columns[0]]]
+        if rows and rows[0].ndim >= 2:
+            return ImageDataset(name, _stack_images(source, rows), labels, num_classes)
+        return TabularDataset(name, _numeric(source, columns[0], rows), labels, num_classes)
+    for column in columns:
+        value = table.features[column]
+        if not isinstance(value, datasets.Value) or value.dtype in ("string", "large_string"):
+            raise ConfigError(
+                "data.input_column", column, f"is {value}, not numeric: allowed: an image "
+                "column, a column of arrays, or numeric columns (tabular)",
+            )  # fmt: skip
+    rows = np.stack([np.asarray(table[c], dtype=np.float64) for c in columns], axis=1)
+    return TabularDataset(name, _numeric(source, ",".join(columns), rows), labels, num_classes)
+
+
+def _numeric(source: HFSource, column: str, rows: Any) -> np.ndarray:
+    try:
+        features = np.asarray(rows, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            "data.input_column", column, "rows are not numbers of one length each"
+        ) from None
+    if features.ndim != 2 or not np.isfinite(features).all():
+        raise ConfigError(
+            "data.input_column", column, "rows must be finite numbers, the same count each"
+        )
+    return np.ascontiguousarray(features)
+
+
+def _pil_array(image: Any) -> np.ndarray:
+    """A PIL image as uint8 (H, W) for grey or (H, W, 3) for anything else."""
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("L" if image.mode in ("1", "I", "I;16", "F") else "RGB")
+    return np.asarray(image)
+
+
+def _stack_images(source: HFSource, arrays: list[np.ndarray]) -> np.ndarray:
+    """uint8 (N, C, H, W): grey if every image is, resized to data.resize when set; images of
+    different sizes (or not square) without data.resize are a ConfigError."""
+    arrays = [a[:, :, None] if a.ndim == 2 else a for a in arrays]
+    if any(a.ndim != 3 for a in arrays):
+        raise ConfigError("data.input_column", source.input_columns[0], "arrays must be 2-D or 3-D")
+    if not all(a.shape[2] == 1 for a in arrays):
+        arrays = [np.repeat(a, 3, axis=2) if a.shape[2] == 1 else a[:, :, :3] for a in arrays]
+    arrays = [_as_uint8(a) for a in arrays]
+    if source.resize is not None:
+        arrays = [_resize(a, source.resize) for a in arrays]
+    sizes = sorted({a.shape[:2] for a in arrays})
+    if len(sizes) > 1 or (sizes and sizes[0][0] != sizes[0][1]):
+        shown = ", ".join(f"{h}x{w}" for h, w in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
+        raise ConfigError(
+            "data.resize", None, f"the images of {source.input_columns[0]} are {shown}, not one "
+            "square size: set data.resize to a side length (e.g. 28)",
+        )  # fmt: skip
+    if not arrays:
+        raise ConfigError("data.split", source.split, "that split holds no rows")
+    return np.ascontiguousarray(np.stack(arrays).transpose(0, 3, 1, 2))
+
+
+def _as_uint8(array: np.ndarray) -> np.ndarray:
+    """Pixels 0..255 (floats in 0..1 are scaled)."""
+    if array.dtype == np.uint8:
+        return array
+    scale = 255.0 if np.issubdtype(array.dtype, np.floating) and array.max() <= 1.0 else 1.0
+    return np.clip(np.rint(array.astype(np.float64) * scale), 0, 255).astype(np.uint8)
+
+
+def _resize(array: np.ndarray, side: int) -> np.ndarray:
+    from PIL import Image
+
+    if array.shape[:2] == (side, side):
+        return array
+    grey = array.shape[2] == 1
+    image = Image.fromarray(array[:, :, 0] if grey else array)
+    resized = np.asarray(image.resize((side, side), Image.Resampling.BILINEAR))
+    return resized[:, :, None] if grey else resized
