@@ -51,10 +51,8 @@ def model_class(name: str) -> type[FLModule]:
     return import_subclass("model.name", MODELS.get(name, name), pl.LightningModule, ALLOWED)
 
 
-# what fedsim itself passes to a constructor that names them: the data's shapes, the built-in
-# models' optimizer settings (client.*), model.hidden
+# the data's shapes, which fedsim passes to a constructor that names them (model.args may not)
 FROM_DATA = ("in_channels", "num_classes", "image_size", "vocab_size", "seq_len")
-FROM_CLIENT = ("lr", "momentum", "weight_decay")
 
 
 def owns_optimizers(cls: type) -> bool:
