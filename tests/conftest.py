@@ -1,32 +1,81 @@
 """Shared fixtures. Ray starts at most once per test session (~4 s or more), on 2 CPUs:
 every test that needs Ray takes ``ray_cluster`` (in this process) or ``ray_address`` (for
-a job run in a subprocess, via ``RAY_ADDRESS``) instead of starting its own."""
+a job run in a subprocess, via ``RAY_ADDRESS``) instead of starting its own.
+
+Every test leaves the process as it found it: ``restore_process_state`` puts back torch's
+thread count, ``os.environ`` and the working directory after each test, so no test's result
+depends on which ran before it (``torch.set_num_threads(1)``, as a worker does, is safe
+inside a test)."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch  # every test imports it (fedsim does); here so its thread count can be restored
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def restore_process_state() -> Iterator[None]:
+    """Torch's intra-op thread count, the environment and the working directory as they
+    were before the test."""
+    environ = dict(os.environ)
+    threads = torch.get_num_threads()
+    cwd = os.getcwd()
+    yield
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def with_environ(values: dict[str, str]) -> dict[str, str]:
+    """Set ``values`` in ``os.environ``; returns what to put back."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    return saved
+
+
+def put_back(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
-    """A small local Ray cluster shared by every test that needs one; shut down at the end."""
+    """A small local Ray cluster shared by every test that needs one; shut down at the end.
+    Its settings reach Ray through the environment only while it starts."""
     ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback only: no token files
-    os.environ.setdefault("RAY_worker_niceness", "0")  # not starved by other users' processes
     started = not ray.is_initialized()
     if started:
-        ray.init(
-            address="local",  # our own cluster, even if another one runs here
-            num_cpus=2,
-            include_dashboard=False,
-            object_store_memory=256 * 2**20,
-            logging_level=logging.WARNING,
+        saved = with_environ(
+            {
+                "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),  # loopback only
+                "RAY_worker_niceness": "0",  # not starved by other users' processes
+            }
         )
+        try:
+            ray.init(
+                address="local",  # our own cluster, even if another one runs here
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=256 * 2**20,
+                logging_level=logging.WARNING,
+            )
+        finally:
+            put_back(saved)
     try:
         yield ray
     finally:
@@ -39,3 +88,59 @@ def ray_address(ray_cluster: Any) -> str:
     """The shared cluster's address: ``RAY_ADDRESS`` for drivers run as subprocesses
     (``ray_jobs``, ``fedsim run runtime.address=auto``), which join it like a job would."""
     return ray_cluster.get_runtime_context().gcs_address
+
+
+# ------------------------------------------------------------------ shared real-data runs
+
+
+class FinishedRun:
+    """A finished run's folder, read back: its per-round metrics and per-client rows."""
+
+    def __init__(self, run_dir: Any) -> None:
+        import json
+
+        self.run_dir = run_dir
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        self.history = [json.loads(line) for line in lines]
+
+    def best(self, metric: str = "acc_weighted", rounds: int | None = None) -> float:
+        """The best ``metric`` over the evaluations of rounds 0..``rounds`` (all by default).
+        A longer run's first evaluations equal a shorter run's bit for bit (same seed, no
+        schedule), so one run serves every test that compares against fewer rounds."""
+        last = len(self.history) - 1 if rounds is None else rounds
+        assert last < len(self.history), f"the shared run has {len(self.history) - 1} rounds"
+        return max(h[metric] for h in self.history[: last + 1] if metric in h)
+
+
+FEDAVG_PATHOLOGICAL_ROUNDS = 5
+
+
+@pytest.fixture(scope="session")
+def fedavg_pathological(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """FedAvg on pathological mnist-5k (20 clients, 2 classes each, seed 0, lr 0.05, batch 10),
+    5 rounds: the baseline of the cwFedAvg, personalization and Local effect tests, run once.
+    Tests that use it carry ``@pytest.mark.xdist_group("fedavg_pathological")`` so that,
+    under ``pytest -n``, one process runs it for all of them."""
+    from fedsim.config import load_config
+    from fedsim.experiment import run_experiment
+
+    cfg = load_config(
+        str(REPO / "configs" / "quickstart.yaml"),
+        [
+            "seed=0",
+            f"rounds={FEDAVG_PATHOLOGICAL_ROUNDS}",
+            "data.partition.name=pathological",
+            "data.partition.classes_per_client=2",
+            "client.lr=0.05",
+            "runtime.executor=local",
+        ],
+    )
+    out = tmp_path_factory.mktemp("shared") / "fedavg-pathological"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a worker does
+    try:
+        result = run_experiment(cfg, out, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    result.client_store.close()
+    return FinishedRun(out)

@@ -58,7 +58,10 @@ def final_client_accuracy(run_dir: Path) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_cwfedavg_beats_fedavg_on_pathological_mnist(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("fedavg_pathological")
+def test_cwfedavg_beats_fedavg_on_pathological_mnist(tmp_path: Path, fedavg_pathological) -> None:
+    """FedAvg's run is the shared one in conftest.py: this config, 5 rounds instead of 4, whose
+    first evaluations (rounds 0-4) are the same bits as a 4-round run's."""
     torch.set_num_threads(1)
     cw = run_experiment(
         config(
@@ -72,17 +75,17 @@ def test_cwfedavg_beats_fedavg_on_pathological_mnist(tmp_path: Path) -> None:
         tmp_path / "cw",
         progress=False,
     )
-    fedavg = run_experiment(config(["algorithm.name=fedavg"]), tmp_path / "fedavg", progress=False)
-    cw_best, fedavg_best = cw.summary["best"], fedavg.summary["best"]
+    cw_best = cw.summary["best"]
+    fedavg_best = {m: fedavg_pathological.best(m, ROUNDS) for m in ("acc_weighted", "acc_mean")}
     print(
         f"\nbest acc_weighted: cwFedAvg {cw_best['acc_weighted']:.4f} (round "
-        f"{cw_best['round']}), FedAvg {fedavg_best['acc_weighted']:.4f} "
-        f"(round {fedavg_best['round']})"
+        f"{cw_best['round']}), FedAvg {fedavg_best['acc_weighted']:.4f}"
     )
     assert cw.summary["final"]["acc_weighted"] >= fedavg_best["acc_weighted"] + MARGIN
     assert cw_best["acc_mean"] >= fedavg_best["acc_mean"] + MARGIN
     # per client: cwFedAvg's personalized models are better for (nearly) everyone
-    cw_clients, fedavg_clients = (final_client_accuracy(r.run_dir) for r in (cw, fedavg))
+    cw_clients = final_client_accuracy(cw.run_dir)
+    fedavg_clients = final_client_accuracy(fedavg_pathological.run_dir)
     assert (cw_clients > fedavg_clients).sum() >= 16
 
     # the estimated r (row norms of each client's trained head) follow the class proportions

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import pickle
 import socket
-import time
 from pathlib import Path
 
 import numpy as np
@@ -203,12 +202,11 @@ def test_unknown_name() -> None:
     assert all(name in message for name in DATASET_NAMES)
 
 
+@pytest.mark.timeout(30)  # a failure guard: a download attempt would hang offline
 @pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar100"])
 def test_missing_without_download(tmp_path: Path, name: str) -> None:
-    start = time.perf_counter()
     with pytest.raises(ConfigError) as info:
         load_dataset(name, tmp_path, download=False)
-    assert time.perf_counter() - start < 1
     message = str(info.value)
     assert "\n" not in message and "data.name" in message and name in message
     assert str(tmp_path) in message and "download is disabled" in message
