@@ -28,9 +28,12 @@ demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml
 
 # Everything (CI). test-fast: the edit loop, without the tests marked slow (real training).
-# The site is built first, strictly: a broken link or anchor in docs/ fails CI (a few seconds).
-test: setup docs-check
-	$(PY) -m pytest -q
+# ruff and the strict site build go first (a few seconds): a lint error, a broken link or
+# anchor in docs/ fails CI. The tests run in two processes (pytest-xdist; one per core);
+# tests that share an expensive fixture are kept in one process by xdist_group.
+PYTEST_PROCS ?= 2
+test: setup lint docs-check
+	$(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SHOWN_CHARS = 80  # a value longer than this is cut in the message (the error stays one line)
+# a value longer than this is cut in the message (the error stays one line); long enough for
+# a cluster's file paths, which a user must see whole to find the file
+SHOWN_CHARS = 300
 
 
 def show_value(value: Any) -> str:

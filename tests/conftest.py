@@ -144,3 +144,12 @@ def fedavg_pathological(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun
         torch.set_num_threads(threads)
     result.client_store.close()
     return FinishedRun(out)
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny finished run folders (tests/tracking_runs.py) for the report, W&B and
+    notebook tests; their modules share ``xdist_group("tracking_runs")``."""
+    from tracking_runs import tiny_runs
+
+    return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))

@@ -12,17 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tracking_runs import tiny_runs
+
+# the shared run folders (conftest.py's ``runs``) are built once in one xdist process
+pytestmark = pytest.mark.xdist_group("tracking_runs")
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
-
-
-@pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
 
 
 def second_seed(run_dir: Path, out: Path, gain: float) -> Path:

@@ -7,17 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tracking_runs import tiny_runs
 
 from fedsim.cli import main
 from fedsim.tracking.report import REPORT_PLOTS, load_run
 
+# the shared run folders (conftest.py's ``runs``) are built once in one xdist process
+pytestmark = pytest.mark.xdist_group("tracking_runs")
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
 
 
 def test_run_draws_report_plots_at_the_end(runs):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from tracking_runs import GROUP, MAX_CLIENT_SERIES, tiny_runs
+from tracking_runs import GROUP, MAX_CLIENT_SERIES
 
 from fedsim.config import WandbConfig, load_config
 from fedsim.errors import ConfigError
@@ -17,6 +16,9 @@ from fedsim.tracking.base import ClientRow, RoundRecord
 from fedsim.tracking.wandb_offline import read_offline_run
 from fedsim.tracking.wandb_sink import WandbSink, resolve_mode
 from ray_jobs.reproduce import plan_runs
+
+# the shared run folders (conftest.py's ``runs``) are built once in one xdist process
+pytestmark = pytest.mark.xdist_group("tracking_runs")
 
 
 def normalized(rows: list) -> set[tuple]:
@@ -30,11 +32,6 @@ def normalized(rows: list) -> set[tuple]:
 def weight(value) -> float | None:
     """A client's aggregate share from W&B (None) or clients.csv ('' when it did not train)."""
     return None if value in (None, "") else round(float(value), 9)
-
-
-@pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
 
 
 def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
