@@ -7,18 +7,14 @@
   written out, an unwritable --out, a garbage run folder for ``fedsim report``, a ``tune:``
   list, an overflowing lognormal speed) are one line;
 - a YAML alias bomb and a million workers are refused at once; ``tune.*`` keys given to
-  ``run``, a key given twice, ``--out ''`` are refused; SIGTERM stops a run like Ctrl-C
-  (exit 143, resumable); a diverged run says what it kept; a failed download keeps nothing.
+  ``run``, a key given twice, ``--out ''`` are refused; a diverged run says what it kept; a
+  failed download keeps nothing. (SIGTERM and Ctrl-C: tests/test_interrupts.py.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -28,7 +24,6 @@ import pytest
 import torch
 from helpers import invoke_cli, one_line_error, refused_check, untimed
 
-from fedsim.checkpoint import latest_checkpoint
 from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.experiment import run_experiment
@@ -256,44 +251,6 @@ def test_tune_refuses_a_search_key_given_twice(capsys, tmp_path):
     argv = ["tune", QUICKSTART, "rounds=1", "--search", "client.lr=choice(0.1)",
             "--search", "client.lr=choice(0.2)"]  # fmt: skip
     assert "searched twice" in one_line_error(argv, capsys, tmp_path)
-
-
-def _signal_run(
-    tmp_path: Path, signum: int, *extra: str
-) -> tuple[subprocess.CompletedProcess, Path]:
-    out = tmp_path / "run"
-    argv = [sys.executable, "-m", "fedsim.cli", "run", QUICKSTART, "rounds=30",
-            "data.num_clients=4", "data.max_samples=600", "checkpoint_every=100", *extra,
-            "--out", str(out), "--no-progress"]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    metrics_file = out / "metrics.jsonl"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (
-        not metrics_file.exists() or metrics_file.read_text().count("\n") < 2
-    ):
-        time.sleep(0.2)
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=90)
-    return subprocess.CompletedProcess(argv, proc.returncode, "", err), out
-
-
-def test_sigterm_stops_like_ctrl_c_exit_143_and_resumes(tmp_path):
-    done, out = _signal_run(tmp_path, signal.SIGTERM, "runtime.executor=local")
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 143, done.stderr
-    assert len(lines) == 1 and "terminated (SIGTERM)" in lines[0] and "--resume" in lines[0]
-    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
-    assert latest_checkpoint(out) is not None
-
-
-@pytest.mark.slow
-def test_sigterm_on_ray_is_one_line_exit_143(tmp_path):
-    done, out = _signal_run(tmp_path, signal.SIGTERM, "runtime.executor=ray", "runtime.workers=1")
-    lines = [line for line in done.stderr.splitlines() if line.strip() and "WARNING" not in line]
-    assert done.returncode == 143, done.stderr
-    assert len(lines) == 1 and "terminated (SIGTERM)" in lines[0], done.stderr
-    assert latest_checkpoint(out) is not None
 
 
 def test_diverged_run_says_what_it_kept(capsys, tmp_path):

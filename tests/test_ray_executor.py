@@ -4,14 +4,9 @@ executor, recovery from a worker killed mid-round, and a clean shutdown."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
-import signal
-import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -38,8 +33,6 @@ from fedsim.simulation import Simulation
 from fedsim.wire import WireTensor, to_wire
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.registry import build_model
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def small_config(*overrides: str):
@@ -285,49 +278,6 @@ def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pool
     assert wait_until_gone([doomed]) == []  # the worker really died mid-round
     assert_same_run(disturbed, pooled_run)
     assert len(disturbed.client_store) >= 6
-
-
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from fedsim.config import load_config
-    from fedsim.experiment import run_experiment
-    cfg = load_config(None, ["data.name=mnist-5k", "data.num_clients=4", "rounds=200",
-                             "runtime.executor=ray", "runtime.workers=1"])
-    run_experiment(cfg, sys.argv[1], progress=False)
-    """
-)
-
-
-@pytest.mark.slow
-def test_ctrl_c_leaves_no_ray_process_behind(tmp_path):
-    """A run that started its own Ray, interrupted: actors, raylet and GCS all go away."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path / "run")],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        metrics = tmp_path / "run" / "metrics.jsonl"
-        deadline = time.monotonic() + 180
-        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
-            assert child.poll() is None, child.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "no round finished in 180 s"
-            time.sleep(0.5)
-        tree = [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
-        assert len(tree) >= 3  # at least GCS, raylet and the worker actor
-        child.send_signal(signal.SIGINT)
-        child.wait(timeout=60)
-        assert child.returncode != 0
-        assert wait_until_gone(tree, timeout=60) == []
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 @pytest.mark.slow

@@ -1,0 +1,201 @@
+"""The interrupt promise (docs/explanation/reliability.md, row "Ctrl-C, SIGTERM"), end to end.
+
+``fedsim run`` is started as a subprocess on a small real workload; once a round has
+completed it gets SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption), on the local
+executor (an asynchronous run: clients are in flight when it stops) and on Ray (a
+synchronous one). Each case checks that the run
+
+- exits 130 (SIGINT) / 143 (SIGTERM), no traceback, its summary.json saying ``interrupted``;
+- ends stderr with one line holding the exact ``--resume`` command;
+- checkpointed its last completed round although ``checkpoint_every`` is larger than the
+  run (the checkpoint is written at the stop; asynchronous: with the clients in flight);
+- when that printed command is run, completes, and then equals an uninterrupted run of the
+  same config to the bit: metrics.jsonl (wall times aside), clients.csv, and the final
+  checkpoint's server state and client states.
+
+The Ray run that gets SIGINT starts its own Ray, and no process it started (GCS, raylet,
+worker actors) remains after it exits; the others join the session's shared cluster
+(``RAY_ADDRESS``, as a job on a cluster would), so no further Ray starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from helpers import untimed
+
+from fedsim.checkpoint import latest_checkpoint, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+GUARD_S = 300  # a failure guard for a run that hangs, never a timing assertion
+ROUNDS = 8
+SMALL = ["data.num_clients=4", "data.max_samples=400"]
+ASYNC = ["asynchronous.enabled=true", "asynchronous.buffer_size=2",
+         "asynchronous.speeds=slow_fraction:0.5,4"]  # fmt: skip
+# rounds short; checkpoint_every > rounds: only the stop writes a checkpoint mid-run. The
+# local executor's runs are asynchronous (clients in flight at the stop), Ray's synchronous
+EXECUTOR = {"local": ["runtime.executor=local", *ASYNC],
+            "ray": ["runtime.executor=ray", "runtime.workers=1"]}  # fmt: skip
+
+
+def argv(executor: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "fedsim.cli", "run", "configs/quickstart.yaml",
+            f"rounds={ROUNDS}", "checkpoint_every=100", *SMALL, *EXECUTOR[executor],
+            "--out", str(out), "--no-progress"]  # fmt: skip
+
+
+def environment(ray_address: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONUNBUFFERED="1", RAY_AUTH_MODE="disabled", WANDB_MODE="offline")
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    return env
+
+
+def run_to_the_end(command: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=GUARD_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def metric_lines(run_dir: Path) -> list[dict]:
+    text = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return untimed([json.loads(line) for line in text])
+
+
+def equal(a: Any, b: Any) -> bool:
+    """Bit-equal: tensors by dtype, shape and value; containers item by item."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(equal, a, b))
+    if hasattr(a, "__dict__") and type(a).__eq__ is object.__eq__:
+        return type(a) is type(b) and equal(vars(a), vars(b))
+    return bool(a == b)
+
+
+def assert_same_run(got: Path, want: Path) -> None:
+    assert metric_lines(got) == metric_lines(want)
+    assert metric_lines(got)[-1]["round"] == ROUNDS  # then the final evaluation
+    assert (got / "clients.csv").read_bytes() == (want / "clients.csv").read_bytes()
+    mine, theirs = (load_checkpoint(latest_checkpoint(run)) for run in (got, want))
+    assert mine.rounds_trained == theirs.rounds_trained == ROUNDS
+    assert equal(mine.state, theirs.state)
+    assert equal(mine.client_states, theirs.client_states)
+    assert json.loads((got / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Any:
+    """One uninterrupted run per executor, made the first time a case asks for it."""
+    runs: dict[str, Path] = {}
+
+    def run(executor: str, env: dict[str, str]) -> Path:
+        if executor not in runs:
+            out = tmp_path_factory.mktemp("uninterrupted") / executor
+            run_to_the_end(argv(executor, out), env)
+            runs[executor] = out
+        return runs[executor]
+
+    return run
+
+
+def wait_until_gone(pids: list[int], timeout: float = 60.0) -> list[int]:
+    """The processes among ``pids`` still running after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if running(p)]
+        time.sleep(0.2)
+    return alive
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+CASES = [  # (executor, signal, whether the run starts its own Ray)
+    pytest.param("local", signal.SIGINT, False, id="local-SIGINT"),
+    pytest.param("local", signal.SIGTERM, False, id="local-SIGTERM"),
+    pytest.param("ray", signal.SIGINT, True, id="ray-SIGINT-own-ray", marks=pytest.mark.slow),
+    pytest.param("ray", signal.SIGTERM, False, id="ray-SIGTERM", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("executor", "signum", "own_ray"), CASES)
+def test_interrupted_run_says_how_to_resume_and_resumes_to_the_bit(
+    executor, signum, own_ray, uninterrupted, request, tmp_path
+):
+    # the resume and the uninterrupted run join the shared cluster: no further Ray starts
+    env = environment(request.getfixturevalue("ray_address") if executor == "ray" else None)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(argv(executor, out), cwd=REPO, env=environment(None) if own_ray
+                            else env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + GUARD_S
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):  # a round
+            assert proc.poll() is None, proc.stderr.read()[-4000:]
+            assert time.monotonic() < deadline, f"no round completed in {GUARD_S} s"
+            time.sleep(0.05)
+        started = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        if own_ray:
+            assert len(started) >= 3  # at least GCS, raylet and the worker actor
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=GUARD_S)
+    finally:
+        if proc.poll() is None:  # a failed case leaves nothing running
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert proc.returncode != 0, f"the run ended before the signal: more rounds? {err}"
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    last = lines[-1]
+    assert [line for line in lines if "--resume" in line] == [last], err
+    if executor == "local":
+        assert len(lines) == 1, err  # nothing else at all
+    how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    stop = re.fullmatch(rf"fedsim: {re.escape(how)} in (\S+) after (\d+) completed rounds; "
+                        r"resume with: (fedsim run .* --resume)", last)  # fmt: skip
+    assert stop is not None, last
+    assert stop[1] == str(out)
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    rounds_done = int(stop[2])
+    assert 1 <= rounds_done < ROUNDS, last
+    saved = load_checkpoint(latest_checkpoint(out))
+    assert saved.rounds_trained == rounds_done  # the last completed round, checkpoint_every=100
+    if executor == "local":  # asynchronous: the clients training at the stop are saved
+        assert saved.round_kind["schedule"]["in_flight"]
+    if own_ray:
+        assert wait_until_gone(started) == []  # no process the run started remains
+    reference = uninterrupted(executor, env)
+    assert metric_lines(out) == metric_lines(reference)[:rounds_done]
+
+    printed = shlex.split(stop[3])
+    resumed = [sys.executable, "-m", "fedsim.cli", *printed[1:]]  # `fedsim` from this checkout
+    run_to_the_end(resumed, env)
+    assert_same_run(out, reference)
