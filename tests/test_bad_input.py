@@ -18,6 +18,7 @@ from helpers import invoke_cli as invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedsim.errors import SHOWN_CHARS, show_value
 from fedsim.keys import all_keys
 
 BASE = ["runtime.executor=local", "data.num_clients=4", "rounds=1"]
@@ -147,6 +148,133 @@ def test_generated_overrides_validate_or_fail_in_one_line(
     argv = ["run", str(config), "--check", *BASE, *chosen, *overrides]
     code, err = invoke(argv, capsys, work)
     assert_clean(code, err, argv)
+    given = [*BASE, *chosen, *overrides]
+    if code == 2:
+        assert_names_a_given_value(err.strip(), given)
+    else:
+        assert_valid_per_schema(config, given, algorithm or "fedavg")
+
+
+def _spellings(key: str, raw: str | None, value) -> list[tuple[str, str]]:
+    """(key, value) as a message may show an override: as written, or the value read as YAML
+    in YAML spelling (an integer given for a float key: as a float); a mapping given for a
+    section: each of its keys (``data={x: 1}`` -> ``data.x=1``)."""
+    shown = {show_value(value)}
+    if raw is not None:
+        shown |= {raw, raw.strip(), show_value(raw), show_value(raw.strip())}
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+        shown.add(show_value(float(value)))
+    pairs = [(key, text) for text in shown]
+    if isinstance(value, dict):
+        for sub, inner in value.items():
+            pairs += _spellings(f"{key}.{sub}", None, inner)
+    return pairs
+
+
+def _escaped(text: str) -> str:
+    """``text`` as the one line shows it: unprintable characters escaped (``\\x1f``)."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def assert_names_a_given_value(line: str, given: list[str]) -> None:
+    """The one line names a key given on the command line, with its value, then says what is
+    allowed: ``fedsim: error: KEY=VALUE: ...`` (a value longer than 80 characters cut)."""
+    assert line.startswith("fedsim: error: "), line
+    pairs: list[tuple[str, str]] = []
+    for override in given:
+        if "=" not in override or override.startswith("-"):  # not an override: argparse's
+            if f"unrecognized arguments: {_escaped(override)}" in line and "--help" in line:
+                return
+            pairs += _spellings("override", override, override)
+            continue
+        key, _, raw = override.partition("=")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except (yaml.YAMLError, ValueError):
+            value = raw
+        pairs += _spellings(key.strip(), raw, value) + _spellings("override", override, override)
+        parts = key.strip().split(".")
+        for cut in range(1, len(parts)):  # an unknown section named with what it was given
+            nested = value
+            for part in reversed(parts[cut:]):
+                nested = {part: nested}
+            pairs += _spellings(".".join(parts[:cut]), None, nested)
+    for key, text in pairs:
+        if len(text) > SHOWN_CHARS and not text.endswith(" characters)"):  # show_value's cut
+            text = f"{text[: SHOWN_CHARS - 3]}... ({len(text):,} characters)"
+        cut = text
+        named = _escaped(f"{key}={cut}")
+        rest = line.partition(f" {named}: ")[2]  # KEY=VALUE: what is allowed
+        if rest.strip():
+            return
+    raise AssertionError(f"no 'key=value: what is allowed' of a value given ({given}): {line}")
+
+
+_TYPES = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "dict": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+    "list[int]": lambda v: isinstance(v, list) and all(_TYPES["int"](x) for x in v),
+    "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "any": lambda v: True,
+    "null": lambda v: v is None,
+}
+
+
+def _leaves(key: str, value, documented: dict) -> list[tuple[str, object]]:
+    """The documented keys an override sets (a mapping given for a section sets its keys)."""
+    if key in documented or not isinstance(value, dict):
+        return [(key, value)]
+    return [leaf for sub, v in value.items() for leaf in _leaves(f"{key}.{sub}", v, documented)]
+
+
+def assert_valid_per_schema(config: Path, given: list[str], algorithm: str) -> None:
+    """An accepted invocation: every key given is one ``fedsim keys`` lists for this run, its
+    value in the config is the one given, of the listed type and inside the allowed range."""
+    from fedsim.checks import field_check
+    from fedsim.config import load_config
+
+    documented = {k.key: k for k in [*SECTIONS["experiment"], *SECTIONS[algorithm]]}
+    cfg = load_config(str(config), given)
+    expected: dict[str, object] = {}
+    for override in given:
+        key, _, raw = override.partition("=")
+        value = yaml.safe_load(raw) if raw.strip() else None
+        for leaf, leaf_value in _leaves(key.strip(), value, documented):
+            expected[leaf] = leaf_value
+    for key, value in expected.items():
+        section = any(k.startswith(f"{key}.") for k in documented)
+        if key == "algorithm.name" or section and value in (None, {}):  # its defaults
+            continue
+        assert key in documented, f"{key}: accepted but not a key of {algorithm}"
+        doc = documented[key]
+        node = cfg
+        parts = key.split(".")
+        if parts[0] == "algorithm":
+            node, parts = cfg.algorithm.params, parts[1:]
+        for part in parts:
+            node = node[part] if isinstance(node, dict) else getattr(node, part)
+        if not (isinstance(value, str) and "${" in value):  # interpolated
+            assert node == value or (value is None and node == doc.default), (key, node, value)
+        types = doc.type.split(" | ")
+        assert any(_TYPES[t](node) for t in types), f"{key}={node!r} is not {doc.type}"
+        owner, name = _owner(cfg, key)
+        check = field_check(type(owner), name)
+        assert check is None or check[0](node), f"{key}={node!r}: {check[1]}"
+
+
+def _owner(cfg, key: str):
+    """(the dataclass holding ``key``, the field's name)."""
+    parts = key.split(".")
+    node = cfg
+    if parts[0] == "algorithm" and len(parts) > 1:
+        node, parts = cfg.algorithm.params, parts[1:]
+    for part in parts[:-1]:
+        node = getattr(node, part)
+    return node, parts[-1]
 
 
 CONFIGS = st.dictionaries(

@@ -271,13 +271,21 @@ def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
 
 @pytest.mark.slow
 def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pooled_run):
-    """The dead worker's share re-runs from the pre-round state its tasks still carry."""
+    """The dead worker's share re-runs from the pre-round state its tasks still carry, on a
+    new actor in the dead one's slot (not on the surviving worker)."""
+    import ray
+
     doomed = pool.worker_info[0]["pid"]
+    doomed_id = pool._actors[0]._actor_id
     pool.crash_worker_on_round(0, round_idx=1)
     disturbed = sim.run(pool)
     assert wait_until_gone([doomed]) == []  # the worker really died mid-round
     assert_same_run(disturbed, pooled_run)
     assert len(disturbed.client_store) >= 6
+    replacement = pool._actors[0]
+    assert replacement is not None and replacement._actor_id != doomed_id  # replaced
+    info = ray.get(replacement.ready.remote(), timeout=60)
+    assert info["pid"] != doomed and psutil.pid_exists(info["pid"])  # a new, live process
 
 
 @pytest.mark.slow

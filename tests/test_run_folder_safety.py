@@ -99,7 +99,9 @@ def test_divergence_stops_with_a_status_and_the_rounds_it_ran(tmp_path, capsys):
         ["run", "configs/quickstart.yaml", *TINY, "rounds=3", "client.lr=1e30", "--out", str(out)],
         capsys,
     )
-    assert code == 1 and "non-finite" in one_line(err)
+    line = one_line(err)
+    assert code == 1 and "non-finite" in line and "lower client.lr=1e+30?" in line, line
+    assert f"{out} is kept" in line and "noise" not in line  # no DP: the lr alone is named
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged"
     assert summary["rounds_completed"] == 0

@@ -161,6 +161,14 @@ def metrics(run_dir: Path) -> list[dict]:
     return untimed([json.loads(line) for line in lines])
 
 
+def reported(out: Path, trial: str) -> list[dict]:
+    """Every report of ``trial`` as Tune logged it (result.json: metrics and the config),
+    by round (a PBT exploit can give the trial another folder)."""
+    folders = (out / "ray_results" / "tune").glob(f"*{trial}*/result.json")
+    rows = [json.loads(line) for path in folders for line in path.read_text().splitlines()]
+    return sorted(rows, key=lambda row: (row["round"], row["timestamp"]))
+
+
 def tune_checkpoints(out: Path, trial: str) -> list[Path]:
     """The fedsim checkpoints Tune kept of ``trial`` (ray_results/tune/<trial dir>/checkpoint_*)."""
     return sorted((out / "ray_results" / "tune").glob(f"*{trial}*/checkpoint_*/round_*.pt"))
@@ -336,10 +344,18 @@ def test_population_based_training_continues_better_trials(ray_cluster, tmp_path
             break
     assert clones, exploits
     trial, restore = clones[0]
-    assert restore["values"]["client.lr"] in (0.05, 0.0001)  # PBT's mutation of the grid
+    donor_trial = restore["from_trial"]
+    # exploit: the trial that started at 1e-4 (the lower quantile) copies the 0.05 trial,
+    # never the other way round (a grid's trials are numbered in its order: _00000 is 0.05)
+    assert trial.endswith("_00001") and donor_trial.endswith("_00000"), restore
+    # explore: the trial goes on with the values PBT chose last (a neighbour on the grid or
+    # a resample), those restores.jsonl records, and reports them
+    last = [r for t, r in exploits if t == trial][-1]
+    assert last["values"]["client.lr"] in (0.05, 0.0001)
+    assert reported(out, trial)[-1]["config"] == last["values"], last
     # up to the restored round, the trial's records are the other trial's
     cut = restore["round"]
-    donor = [h for h in metrics(folders[restore["from_trial"]]) if h["round"] < cut]
+    donor = [h for h in metrics(folders[donor_trial]) if h["round"] < cut]
     assert [h for h in metrics(folders[trial]) if h["round"] < cut] == donor
 
 

@@ -113,7 +113,8 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     """Validate a nested dict into an ExperimentConfig (algorithm params included)."""
     raw = dict(raw or {})
     raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
-    algo_raw = raw.pop("algorithm", None) or {}
+    algo_raw = raw.pop("algorithm", None)
+    algo_raw = {} if algo_raw is None else algo_raw  # false, 0, [] are refused below
     if not isinstance(algo_raw, dict):
         raise ConfigError("algorithm", algo_raw, "must be a mapping of keys")
     algo_raw = dict(algo_raw)

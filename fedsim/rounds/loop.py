@@ -29,7 +29,7 @@ from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
-from fedsim.errors import ClientFailureError, error_line
+from fedsim.errors import ClientFailureError, error_line, show_value
 from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
 from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
@@ -252,11 +252,13 @@ class _Progress:
 def divergence_hint(cfg: ExperimentConfig) -> str:
     """What to change when clients diverge: the learning rate, and the noise where DP adds it."""
     p = cfg.privacy
+    lr = cfg.client.lr
+    lr = f"client.lr={show_value(lr)}" + (" (the model's default)" if lr is None else "")
     if p.mode == "fixed_sigma":
-        return f"lower client.lr or the noise privacy.sigma={p.sigma}?"
+        return f"lower {lr} or the noise privacy.sigma={p.sigma}?"
     if p.mode in ("local", "central") and p.noise_multiplier > 0:
         return (
-            f"lower client.lr, or the noise (privacy.noise_multiplier={p.noise_multiplier}, std "
+            f"lower {lr}, or the noise (privacy.noise_multiplier={p.noise_multiplier}, std "
             f"z * privacy.clip_norm={p.clip_norm}), or add clients?"
         )
-    return "lower client.lr?"
+    return f"lower {lr}?"
