@@ -49,6 +49,17 @@ def _numpy_global(name: str) -> Any:
     return None
 
 
+def empty_bytes() -> bytes:
+    """``bytes()`` as pickle protocol 2 (``torch.save``'s) writes an empty bytes object: the
+    raw data of an empty numpy array (FC's cluster tree before its first merge). Other bytes
+    are written through ``_codecs.encode``; this takes no argument, so it builds nothing else."""
+    return b""
+
+
+# the names protocol 2 gives bytes (Python 2's and 3's)
+_BYTES = ("builtins.bytes", "__builtin__.bytes")
+
+
 def numpy_dtype_classes() -> list[type]:
     """numpy's dtype classes (``numpy.dtypes.Float32DType``...; none before numpy 1.25)."""
     import numpy as np
@@ -125,7 +136,9 @@ def allowed_global(name: str, path: Path, plugins: list[str]) -> Any:
     """The object for checkpoint global ``name`` if fedsim loads it; ConfigError otherwise."""
     top = name.split(".")[0]
     obj = None
-    if top == "numpy":
+    if name in _BYTES:
+        obj = empty_bytes
+    elif top == "numpy":
         obj = _numpy_global(name)
     elif top in TRUSTED_PACKAGES:
         obj = _fedsim_class(name)

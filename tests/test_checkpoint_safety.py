@@ -35,6 +35,7 @@ from fedsim.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from fedsim.checkpoint_digest import CheckpointUnreadable
 from fedsim.cli import main
 from fedsim.errors import ConfigError
 from fedsim.experiment import resumable_checkpoint, run_experiment
@@ -175,6 +176,26 @@ def test_save_verifies_before_it_deletes_and_keeps_two(tmp_path):
     # a run resumed from round 2 (past a damaged round 3) drops round 3 when it saves again
     save_checkpoint(tmp_path, tiny(2))
     assert [p.name for p in checkpoints(tmp_path)] == ["round_00002.pt"]
+
+
+def test_empty_numpy_arrays_and_bytes_round_trip(tmp_path):
+    """Protocol 2 writes an empty bytes object (an empty array's raw data: FC's cluster tree
+    before its first merge) as ``builtins.bytes()``; it once made such a checkpoint refused."""
+    state = {"tree": np.zeros((0, 4), dtype=np.int64), "blob": b"", "data": b"\x00\xff"}
+    path = save_checkpoint(tmp_path, tiny(1, **state))
+    loaded = load_checkpoint(path).state
+    assert loaded["tree"].shape == (0, 4) and loaded["tree"].dtype == np.int64
+    assert loaded["blob"] == b"" and loaded["data"] == b"\x00\xff"
+
+
+def test_bytes_in_a_checkpoint_builds_nothing_but_an_empty_bytes(tmp_path):
+    class Big:  # what a crafted file could ask for: bytes(10**12) (a terabyte)
+        def __reduce__(self):
+            return (bytes, (10**12,))
+
+    with pytest.raises((CheckpointUnreadable, ConfigError)):
+        save_checkpoint(tmp_path, tiny(1, x=Big()))
+    assert not list((tmp_path / "checkpoints").glob("*.pt"))
 
 
 class Unlisted:

@@ -112,6 +112,17 @@ def test_krum_and_multikrum_average_the_chosen_clients_with_their_weights():
     assert out.sums["params"].mean().item() == pytest.approx((0 + 1 + 3 * 2) / 5)
 
 
+def test_krum_after_a_filter_that_kept_no_one_records_an_empty_pick():
+    """Opposed updates: the anomaly filter (cosine to the median >= 0.99) drops them all;
+    krum then picks no one, recorded as [] (not left out of the round's metrics)."""
+    values = {0: [1.0, 0.0], 1: [-1.0, 0.0], 2: [0.0, 1.0], 3: [0.0, -1.0]}
+    deltas = {c: torch.tensor(v) for c, v in values.items()}
+    config = AggregationConfig(rule="krum", krum_f=0, anomaly_cosine=0.99)
+    out = robust_sums(config, sums_of(values, dict.fromkeys(values, 1.0)), deltas, ("params",))
+    assert out.dropped == [0, 1, 2, 3] and out.selected == []
+    assert "params" not in out.sums  # no model update: the server keeps its model
+
+
 def test_bulyan_on_the_server():
     values = {c: [float(x)] for c, x in enumerate([0, 1, 2, 3, 4, 50, -40])}
     deltas = {c: torch.tensor(v) for c, v in values.items()}

@@ -85,6 +85,14 @@ DEPENDENT: list[Rule] = [
         "relabel|rotation",
     ),  # fmt: skip
     ("data.partition.sigma", "data.partition.name", lambda v: v == "clustered", "clustered"),
+    # Shakespeare's clients are its roles: a partition that deals samples out would be
+    # ignored (iid is accepted there: configs/quickstart.yaml sets it; it changes nothing)
+    (
+        "data.partition.name",
+        "data",
+        lambda d: d.name != "shakespeare" or d.partition.name == "iid",
+        "a dataset without clients of its own (shakespeare's are its roles)",
+    ),  # fmt: skip
     ("data.partition.by", "data.partition.name", lambda v: v == "natural", "natural"),
     ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),
     *[
@@ -126,8 +134,9 @@ def check_effective(cfg: Any) -> None:
             continue
         switch = _get(cfg, enabler)
         if not enables(switch):
-            shown = switch.name if enabler == "data.partition" else show_value(switch)
-            where = "data.partition.name" if enabler == "data.partition" else enabler
+            section = enabler in ("data.partition", "data")  # named by its .name
+            shown = switch.name if section else show_value(switch)
+            where = f"{enabler}.name" if section else enabler
             raise ConfigError(
                 key,
                 value,

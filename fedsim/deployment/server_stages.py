@@ -63,7 +63,9 @@ def robust_sums(
         clients = [c for i, c in enumerate(clients) if i in keep]
     rule, f = config.rule, config.krum_f
     selected: list[int] | None = None
-    if rule in ("krum", "multikrum", "bulyan") and clients:
+    if rule in ("krum", "multikrum", "bulyan") and not clients:
+        selected = []  # the filter left no one: recorded as an empty pick, not left out
+    elif rule in ("krum", "multikrum", "bulyan"):
         rows = torch.stack([deltas[c] for c in clients])
         if rule == "bulyan":
             picks = robust.bulyan_select(rows, f)

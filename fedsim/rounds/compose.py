@@ -84,6 +84,20 @@ def check_round_kind(
                 f"algorithm.name={name} trains by gradient exchanges: a peer's gradients are not "
                 "an upload it could corrupt",
             )
+        if cfg.join_ratio != 1.0:
+            raise ConfigError(
+                "join_ratio",
+                cfg.join_ratio,
+                f"algorithm.name={name} trains by gradient exchanges, in which each peer joins "
+                "a step by algorithm.participation; leave join_ratio at 1",
+            )
+        if a.speeds is not None:
+            raise ConfigError(
+                "asynchronous.speeds",
+                a.speeds,
+                f"algorithm.name={name} trains by gradient exchanges, which the virtual clock "
+                "does not time (it times one upload per client a round); leave it unset",
+            )
     if kind != "buffered":
         if a.dropout > 0:
             raise ConfigError(
