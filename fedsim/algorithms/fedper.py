@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.personalized import FedPerParams
+from fedsim.algorithm_params.fedper import FedPerParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,
