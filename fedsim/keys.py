@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedsim.algorithm_params import BUILTIN_NAMES, params_class
+from fedsim.algorithm_params import BUILTIN_NAMES, params_class, summaries
 from fedsim.checks import field_check, field_group
 from fedsim.config import AlgorithmConfig, ExperimentConfig
 
@@ -180,13 +180,12 @@ def select(section: str | None) -> list[KeyDoc]:
 
 def overview() -> str:
     """``fedsim keys`` without a section: the names a config can pick, one line each."""
-    from fedsim.algorithm_params import SUMMARIES as ALGORITHMS
     from fedsim.data.names import SUMMARIES as DATASETS
     from lightning_modules.registry import SUMMARIES as MODELS
 
     sections = sorted({k.key.split(".")[0] for k in experiment_keys() if "." in k.key})
     parts = [
-        ("algorithm.name (fedsim keys ALGORITHM: its keys)", ALGORITHMS),
+        ("algorithm.name (fedsim keys ALGORITHM: its keys)", summaries()),
         ("model.name", MODELS),
         ("data.name", DATASETS),
     ]

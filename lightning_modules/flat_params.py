@@ -2,7 +2,9 @@
 
 ``bind_flat_parameters`` re-points every parameter (and float buffer) of a module at a view
 of one flat tensor, so loading a client's model is one ``copy_`` and reading it back is one
-``clone`` — no state_dict pickling, no per-tensor loops.
+``clone`` — no state_dict pickling, no per-tensor loops. Part of a model is a list of
+[start, stop) ranges of that vector (``flat_ranges``), copied out and back with ``gather`` and
+``scatter`` (algorithms keep personal parts this way; the client stages process an upload).
 """
 
 from __future__ import annotations
@@ -81,3 +83,38 @@ def bind_flat_parameters(module: nn.Module) -> tuple[torch.Tensor, ParamLayout]:
         else:
             owner._buffers[attr] = view
     return flat, layout
+
+
+Ranges = list[tuple[int, int]]
+
+
+def flat_ranges(layout: ParamLayout, names: list[str]) -> Ranges:
+    """The entries ``names`` as merged, sorted [start, stop) ranges of the flat vector."""
+    spans = sorted((layout.slice_of(n).start, layout.slice_of(n).stop) for n in names)
+    merged: Ranges = []
+    for start, stop in spans:
+        if merged and merged[-1][1] == start:
+            merged[-1] = (merged[-1][0], stop)
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def gather(flat: torch.Tensor, ranges: Ranges | None) -> torch.Tensor:
+    """The entries ``ranges`` of ``flat`` as one new vector, never a view (None: all of them)."""
+    if ranges is None:
+        return flat.clone()
+    if not ranges:
+        return flat.new_empty(0)
+    return torch.cat([flat[a:b] for a, b in ranges])
+
+
+def scatter(flat: torch.Tensor, ranges: Ranges | None, values: torch.Tensor) -> None:
+    """Write ``values`` (as made by ``gather``) back into the entries ``ranges`` of ``flat``."""
+    if ranges is None:
+        flat.copy_(values)
+        return
+    offset = 0
+    for a, b in ranges:
+        flat[a:b] = values[offset : offset + b - a]
+        offset += b - a

@@ -3,7 +3,15 @@
 import torch
 
 from lightning_modules.cnn import FedAvgCNN
-from lightning_modules.flat_params import bind_flat_parameters, flatten_module
+from lightning_modules.flat_params import (
+    ParamEntry,
+    ParamLayout,
+    bind_flat_parameters,
+    flat_ranges,
+    flatten_module,
+    gather,
+    scatter,
+)
 
 
 def test_pfllib_shapes_gray_and_colour():
@@ -38,3 +46,21 @@ def test_bound_views_share_one_buffer():
     optimizer.step()
     assert not torch.equal(flat, snapshot)  # the step wrote through the views
     assert torch.equal(flatten_module(model), flat)
+
+
+def test_ranges_gather_and_scatter_part_of_a_vector():
+    """Adjacent entries merge into one range; gather copies, scatter writes back in place."""
+    layout = ParamLayout([ParamEntry("a", (2,), 0, 2), ParamEntry("b", (3,), 2, 3),
+                          ParamEntry("c", (1,), 5, 1)])  # fmt: skip
+    assert flat_ranges(layout, ["c", "a"]) == [(0, 2), (5, 6)]
+    assert flat_ranges(layout, ["b", "a"]) == [(0, 5)]
+    flat = torch.arange(6.0)
+    part = gather(flat, [(0, 2), (5, 6)])
+    assert part.tolist() == [0.0, 1.0, 5.0]
+    part += 10
+    assert flat.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # a copy, not a view
+    scatter(flat, [(0, 2), (5, 6)], part)
+    assert flat.tolist() == [10.0, 11.0, 2.0, 3.0, 4.0, 15.0]
+    assert gather(flat, []).numel() == 0 and gather(flat, None).tolist() == flat.tolist()
+    scatter(flat, None, torch.zeros(6))
+    assert flat.tolist() == [0.0] * 6

@@ -133,6 +133,21 @@ def test_bare_keys_lists_the_names_a_config_picks(capsys) -> None:
     assert set(MODEL_NAMES) | set(DATASET_NAMES) <= listed  # every built-in name, summarised
 
 
+def test_an_algorithms_summary_is_its_params_modules_first_line(capsys) -> None:
+    """One place: the docstring of fedsim/algorithm_params/<name>.py (no table beside it)."""
+    import fedsim.algorithm_params as params
+
+    assert not hasattr(params, "SUMMARIES")
+    code, out, _ = run_keys([], capsys)
+    assert code == 0
+    for name in algorithm_names():
+        module = params.MODULES[name]
+        assert module.__file__.endswith(f"algorithm_params/{name}.py")
+        first = module.__doc__.splitlines()[0]
+        assert params.summary(name) == first
+        assert any(line.split()[:1] == [name] and line.endswith(first) for line in out.splitlines())
+
+
 def test_fedavg_shows_its_own_keys_and_names_fedvgs_apart(capsys) -> None:
     code, out, _ = run_keys(["fedavg"], capsys)
     keys = [line.split()[0] for line in out.splitlines() if line.startswith("algorithm.")]

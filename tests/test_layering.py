@@ -6,12 +6,16 @@ Every ``import`` of every module in fedsim/, lightning_modules/ and ray_jobs/ is
 dependency). An import is allowed within a component, or to a component in a lower layer;
 components of one layer are peers and never import each other. No circle of modules either.
 A few promises the order alone cannot express are named rules below (tracking never knows an
-algorithm; the runtime and deployment know algorithms only through the seam; who imports Ray).
+algorithm; the runtime and deployment know algorithms only through the seam; who imports Ray;
+an algorithm's file borrows from another algorithm's only the class it subclasses; checking a
+config imports no torch).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +232,109 @@ def test_the_docs_show_this_table() -> None:
     text = (REPO / "docs" / "architecture.md").read_text()
     shown = [line[2:].split("  ")[0].split(", ") for line in text.splitlines() if line[:2] == "L "]
     assert shown == [list(layer) for layer in reversed(LAYERS)]
+
+
+# A module of fedsim/algorithms/ imports from an algorithm's file (one that registers an
+# algorithm) only a class it subclasses, as Flower's FedProx(FedAvg); a shared piece lives in a
+# helper module (shared_part.py, pull.py, param_views.py...) or lower (lightning_modules/
+# flat_params.py: ranges, gather, scatter). The same holds for the Params modules of
+# fedsim/algorithm_params/ (FedAvgMParams(FedAvgParams)).
+SIBLING_RULE = "an algorithm's file is imported only for the class the importer subclasses"
+OWN_FILES = {"fedsim.algorithms": "register", "fedsim.algorithm_params": "Params"}
+
+
+def is_algorithms_file(tree: ast.Module, marker: str) -> bool:
+    """Whether a module is an algorithm's: it has a class decorated with ``@register`` (in
+    fedsim/algorithms/), or sets ``Params`` (in fedsim/algorithm_params/)."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and marker == "register":
+            if any(isinstance(d, ast.Name) and d.id == marker for d in node.decorator_list):
+                return True
+        if isinstance(node, ast.Assign) and marker == "Params":
+            if any(isinstance(t, ast.Name) and t.id == marker for t in node.targets):
+                return True
+    return False
+
+
+def sibling_imports(package: str, root: Path = REPO) -> list[str]:
+    """One line per import, in ``package``, of an algorithm's module for anything but a base
+    class of the importer."""
+    folder = root.joinpath(*package.split("."))
+    trees = {p.stem: (p, ast.parse(p.read_text(), str(p))) for p in sorted(folder.glob("*.py"))}
+    marker = OWN_FILES[package]
+    own = {name for name, (_, tree) in trees.items() if is_algorithms_file(tree, marker)}
+    found = []
+    for name, (path, tree) in trees.items():
+        bases = {b.id for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                 for b in node.bases if isinstance(b, ast.Name)}  # fmt: skip
+        where = path.relative_to(root)
+        for node in ast.walk(tree):
+            borrowed: list[tuple[str, str]] = []  # (algorithm module, name taken from it)
+            if isinstance(node, ast.Import):
+                borrowed = [(a.name.rpartition(".")[2], "the module") for a in node.names
+                            if a.name.rpartition(".")[0] == package]  # fmt: skip
+            elif isinstance(node, ast.ImportFrom):
+                module = f"{package}.{node.module}" if node.level == 1 else node.module or ""
+                if module == package:  # from fedsim.algorithms import fedper
+                    borrowed = [(a.name, "the module") for a in node.names]
+                elif module.rpartition(".")[0] == package:
+                    borrowed = [(module.rpartition(".")[2], a.name) for a in node.names]
+            for target, what in borrowed:
+                if target in own and target != name and what not in bases:
+                    found.append(f"{where}:{node.lineno}: {name} imports {what} from {target}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(OWN_FILES))
+def test_an_algorithm_borrows_only_its_base_class_from_another(package: str) -> None:
+    found = sibling_imports(package)
+    assert not found, f"{SIBLING_RULE}:\n" + "\n".join(found)
+
+
+def test_the_sibling_rule_fails_on_a_made_up_tree(tmp_path) -> None:
+    folder = tmp_path / "fedsim" / "algorithms"
+    folder.mkdir(parents=True)
+    files = {
+        "fedavg.py": "@register\nclass FedAvg:\n    pass\n\n\ndef helper():\n    pass\n",
+        "fedprox.py": (
+            "from fedsim.algorithms.fedavg import FedAvg, helper\n\n\n"
+            "@register\nclass FedProx(FedAvg):\n    pass\n"
+        ),
+        "shared.py": "from .fedavg import helper\nfrom fedsim.algorithms import fedavg\n",
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    assert sibling_imports("fedsim.algorithms", tmp_path) == [
+        "fedsim/algorithms/fedprox.py:1: fedprox imports helper from fedavg",
+        "fedsim/algorithms/shared.py:1: shared imports helper from fedavg",
+        "fedsim/algorithms/shared.py:2: shared imports the module from fedavg",
+    ]
+
+
+CONFIG_CHECK = """
+import sys
+from fedsim.algorithm_params import BUILTIN_NAMES
+from fedsim.config import load_config
+from fedsim.keys import all_keys, overview
+need = {"fedprox": ["algorithm.mu=0.01"], "oracle": ["data.partition.name=relabel"]}
+for name in BUILTIN_NAMES:
+    load_config("configs/quickstart.yaml", [f"algorithm.name={name}", *need.get(name, [])])
+all_keys(), overview()
+print(len(BUILTIN_NAMES), sorted(m for m in ("torch", "lightning", "ray") if m in sys.modules))
+"""
+
+
+def test_checking_every_algorithms_config_imports_no_torch() -> None:
+    """The config check reads each algorithm's Params from fedsim/algorithm_params/ (torch
+    takes a second to import, Lightning and Ray more): a fresh process validates a config of
+    every built-in algorithm and lists every key without importing them."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CONFIG_CHECK], cwd=REPO, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count, heavy = proc.stdout.split(maxsplit=1)
+    assert int(count) >= 27 and heavy.strip() == "[]"
 
 
 def test_the_checker_fails_on_a_made_up_tree(tmp_path) -> None:

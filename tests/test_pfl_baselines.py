@@ -19,16 +19,14 @@ import torch.nn.functional as F
 from helpers import client_info, federation, module_federation, run_round
 from torch import nn
 
+from fedsim.algorithm_params.apfl import APFLParams
 from fedsim.algorithm_params.base import AlgorithmParams
-from fedsim.algorithm_params.baselines import (
-    APFLParams,
-    FedBABUParams,
-    FedRepParams,
-    LGFedAvgParams,
-    MOONParams,
-    PerFedAvgParams,
-    PFedMeParams,
-)
+from fedsim.algorithm_params.fedbabu import FedBABUParams
+from fedsim.algorithm_params.fedrep import FedRepParams
+from fedsim.algorithm_params.lgfedavg import LGFedAvgParams
+from fedsim.algorithm_params.moon import MOONParams
+from fedsim.algorithm_params.perfedavg import PerFedAvgParams
+from fedsim.algorithm_params.pfedme import PFedMeParams
 from fedsim.algorithms.apfl import APFL
 from fedsim.algorithms.base import ClientInfo, FederationInfo
 from fedsim.algorithms.fedbabu import FedBABU

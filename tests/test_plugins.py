@@ -182,3 +182,59 @@ def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
     _, _, local = run(cfg)
     assert untimed(pooled.history) == untimed(local.history)
     assert torch.equal(pooled.state["params"], local.state["params"])
+
+
+def made_class(module: str, name: str, params: object = None, base: type | None = None) -> type:
+    """An algorithm class as if written in ``module`` (not registered)."""
+    from fedsim.algorithms.fedavg import FedAvg
+
+    body = {"name": name, "__module__": module}
+    if params is not None:
+        body["Params"] = params
+    return type("Made", (base or FedAvg,), body)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "params", "expected"),
+    [
+        ("fedsim.algorithms.fedper", "fedper", None,
+         "Params is FedAvgParams, but fedsim/algorithm_params/fedper.py declares FedPerParams"),
+        ("fedsim.algorithms.fedrep", "fedper", None, "name 'fedper' is not its file's, 'fedrep'"),
+        ("fedsim.algorithms.newalg", "newalg", None, "fedsim/algorithm_params/newalg.py"),
+        ("my_algos", "fedavg", None, "'fedavg' is fedsim/algorithms/fedavg.py's name"),
+        ("my_algos", "mine", dict, "Params is not a dataclass"),
+        ("my_algos", "", None, "set name"),
+    ],
+)  # fmt: skip
+def test_register_refuses_a_class_that_disagrees_in_one_line(module, name, params, expected):
+    """``register`` checks, it writes no table of keys: a built-in's name is its file's and its
+    Params the one fedsim/algorithm_params/<name>.py declares."""
+    from fedsim.algorithms.registry import ALGORITHMS, register
+
+    before = dict(ALGORITHMS)
+    with pytest.raises(TypeError) as raised:
+        register(made_class(module, name, params))
+    assert expected in str(raised.value) and "\n" not in str(raised.value)
+    assert ALGORITHMS == before
+
+
+def test_a_class_registered_at_run_time_has_its_keys_read_from_the_class():
+    """As for ``module:Class``: the config check reads ``Params`` from the class."""
+    from fedsim.algorithm_params import PARAMS
+    from fedsim.algorithms.fedavg import FedAvg
+    from fedsim.algorithms.registry import ALGORITHMS, register
+
+    @dataclasses.dataclass
+    class DampedParams(FedAvg.Params):
+        beta: float = 0.5
+
+    cls = register(made_class("my_algos", "test_plugins_damped", DampedParams))
+    try:
+        named = f"algorithm.name={cls.name}"
+        cfg = load_config("configs/quickstart.yaml", [named, "algorithm.beta=0.7"])
+        assert isinstance(cfg.algorithm.params, DampedParams) and cfg.algorithm.params.beta == 0.7
+        assert cls.name not in PARAMS  # the built-ins' keys are discovered, never written
+        with pytest.raises(ConfigError, match="algorithm.nope"):
+            load_config("configs/quickstart.yaml", [named, "algorithm.nope=1"])
+    finally:
+        del ALGORITHMS[cls.name]

@@ -41,6 +41,7 @@ GENERATED = (
 
 
 def config_keys_page() -> str:
+    from fedsim.algorithm_params import summary
     from fedsim.keys import algorithm_keys, algorithm_names, experiment_keys, render_markdown
 
     keys = experiment_keys()
@@ -78,7 +79,7 @@ def config_keys_page() -> str:
     ]
     for name in algorithm_names():
         own = algorithm_keys(name)
-        out += [f"### {name}", ""]
+        out += [f"### {name}", "", summary(name) + ".", ""]  # its params module's first line
         out += [render_markdown(own), ""] if own else ["No keys of its own.", ""]
     return "\n".join(out).rstrip() + "\n"
 

@@ -1,123 +1,79 @@
-"""Every algorithm's keys (``algorithm.<key>``), by config name, without importing torch.
+"""Every algorithm's keys (``algorithm.<key>``) and one-line summary, without importing torch.
 
-The config check reads an algorithm's ``Params`` dataclass from here, so checking a config
-never imports an algorithm's module (torch takes a second). The built-ins keep their
-``Params`` in this package; ``fedsim.algorithms.registry.register`` adds an algorithm
-registered at run time; an algorithm named by import path (``module:Class``) is imported
-and its ``Params`` read from the class.
+A built-in algorithm ``x`` is ``fedsim/algorithms/x.py`` (its class, registered as ``x``) and
+``fedsim/algorithm_params/x.py`` (its ``Params`` dataclass, and its summary as the module
+docstring's first line). The second is found here by discovery: a module of this package that
+sets ``Params`` is an algorithm's (``base``, ``aggregation_weights`` and ``server_optimizer``
+are shared pieces). Checking a config reads ``Params`` from here, so it never imports an
+algorithm (torch takes a second); ``fedsim.algorithms.registry.register`` checks that the class
+agrees. An algorithm named by import path (``module:Class``) or registered at run time has its
+``Params`` read from the class.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+from types import MappingProxyType, ModuleType
 
 from fedsim.algorithm_params.base import AlgorithmParams
-from fedsim.algorithm_params.baselines import (
-    APFLParams,
-    FedBABUParams,
-    FedRepParams,
-    LGFedAvgParams,
-    MOONParams,
-    PerFedAvgParams,
-    PFedMeParams,
-)
-from fedsim.algorithm_params.clustered import FCParams, FedDiscoParams, IFCAParams
-from fedsim.algorithm_params.fedavg_family import (
-    DittoParams,
-    FedAvgMParams,
-    FedAvgParams,
-    FedDynParams,
-    FedProxParams,
-    FedVGParams,
-    ScaffoldParams,
-)
-from fedsim.algorithm_params.personalized import (
-    CwFedAvgParams,
-    FedAMPParams,
-    FedFomoParams,
-    FedPerParams,
-)
-from fedsim.algorithm_params.spcacw import SPCACWParams
 from fedsim.errors import ConfigError
 from fedsim.plugins import import_object, is_import_path
 
-# config name -> Params; fedsim/algorithms/<name>.py registers the class of the same name
-PARAMS: dict[str, type[AlgorithmParams]] = {
-    "fedavg": FedAvgParams,
-    "fedavgm": FedAvgMParams,
-    "fedprox": FedProxParams,
-    "scaffold": ScaffoldParams,
-    "feddyn": FedDynParams,
-    "ditto": DittoParams,
-    "fedvg": FedVGParams,
-    "local": AlgorithmParams,
-    "cwfedavg": CwFedAvgParams,
-    "fedper": FedPerParams,
-    "fedamp": FedAMPParams,
-    "fedfomo": FedFomoParams,
-    "ifca": IFCAParams,
-    "fc": FCParams,
-    "feddisco": FedDiscoParams,
-    "oracle": AlgorithmParams,
-    "spcacw": SPCACWParams,
-    "fedrep": FedRepParams,
-    "fedbn": AlgorithmParams,
-    "lgfedavg": LGFedAvgParams,
-    "fedbabu": FedBABUParams,
-    "fedrod": AlgorithmParams,
-    "apfl": APFLParams,
-    "pfedme": PFedMeParams,
-    "perfedavg": PerFedAvgParams,
-    "moon": MOONParams,
-    "fednova": AlgorithmParams,
-}
+
+def _discover() -> dict[str, ModuleType]:
+    """Config name -> the module of this package that declares its ``Params``."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if not hasattr(module, "Params"):
+            continue
+        params = module.Params
+        if not (isinstance(params, type) and issubclass(params, AlgorithmParams)
+                and dataclasses.is_dataclass(params)):  # fmt: skip
+            raise TypeError(f"{module.__name__}.Params is not a dataclass of AlgorithmParams")
+        if not (module.__doc__ or "").strip():
+            raise TypeError(f"{module.__name__} has no docstring (its first line: the summary)")
+        found[info.name] = module
+    return found
+
+
+MODULES = MappingProxyType(_discover())
+# config name -> Params of fedsim's own algorithms (fedsim/algorithms/<name>.py registers <name>)
+PARAMS: MappingProxyType[str, type[AlgorithmParams]] = MappingProxyType(
+    {name: module.Params for name, module in MODULES.items()}
+)
 BUILTIN_NAMES = tuple(PARAMS)
-# one line each, for `fedsim keys` (the algorithms' own docs are docs/algorithms.md)
-SUMMARIES = {
-    "fedavg": "FedAvg: the server takes the cohort's weighted mean (any server optimizer)",
-    "fedavgm": "FedAvgM: FedAvg with server momentum 0.9",
-    "fedprox": "FedProx: FedAvg with a proximal pull (mu/2)||w - w_global||^2 on clients",
-    "scaffold": "SCAFFOLD: control variates correct the clients' drift",
-    "feddyn": "FedDyn: a dynamic regularizer aligns local and global optima",
-    "ditto": "Ditto: a personal model pulled towards the global FedAvg model",
-    "fedvg": "FedVG: FedAvg weighted by inverse validation-gradient norms",
-    "local": "Local-only: every client trains alone, no communication",
-    "cwfedavg": "cwFedAvg (+ WDR): class-wise models mixed per client by its class weights",
-    "fedper": "FedPer: shared base, personal top layers",
-    "fedamp": "FedAMP: attentive message passing between similar clients",
-    "fedfomo": "FedFomo: each client mixes the peers that help its validation loss",
-    "ifca": "IFCA: clients pick the cluster model with the lowest loss",
-    "fc": "FC (CFL): clusters split when client updates disagree",
-    "feddisco": "FedDisco: weights from sample counts and label-distribution discrepancy",
-    "oracle": "Oracle: FedAvg within each true cluster (needs a clustered partition)",
-    "spcacw": "SP-CACW: a target weights its peers' gradients by estimated bias and variance",
-    "fedrep": "FedRep: shared body, personal head; head epochs, then body epochs",
-    "lgfedavg": "LG-FedAvg: local body, shared top layers (the mirror of FedPer)",
-    "fedbn": "FedBN: FedAvg that keeps every BatchNorm layer local (needs a BN model)",
-    "fedbabu": "FedBABU: body under a frozen random head; fine-tuned before evaluation",
-    "fedrod": "FedRoD: generic head on balanced softmax + a personal head",
-    "apfl": "APFL: a learned mixture of a personal and the global model",
-    "pfedme": "pFedMe: Moreau-envelope personal models, K inner steps per batch",
-    "perfedavg": "Per-FedAvg: MAML-style FedAvg, one adaptation step before evaluation",
-    "moon": "MOON: FedAvg with a model-contrastive loss (global vs previous model)",
-    "fednova": "FedNova: normalized averaging for unequal local steps",
-}
+# algorithm classes by config name, filled by fedsim.algorithms.registry.register only
+CLASSES: dict[str, type] = {}
 ALGORITHM_BASE = "fedsim.algorithms.base.Algorithm"  # checked by name: no torch imported here
 
 
+def summary(name: str) -> str:
+    """The one-line summary of built-in ``name``: its params module's docstring's first line."""
+    return MODULES[name].__doc__.strip().splitlines()[0]
+
+
+def summaries() -> dict[str, str]:
+    """Every built-in's summary, by config name (``fedsim keys``, the reference pages)."""
+    return {name: summary(name) for name in BUILTIN_NAMES}
+
+
 def allowed_algorithms() -> str:
-    return (
-        f"allowed: {', '.join(sorted(PARAMS))}, or module:Class naming a subclass of "
-        f"{ALGORITHM_BASE}"
-    )
+    names = sorted({*PARAMS, *CLASSES})
+    return f"allowed: {', '.join(names)}, or module:Class naming a subclass of {ALGORITHM_BASE}"
 
 
-def add_params(name: str, params: type[AlgorithmParams]) -> None:
-    """Make ``algorithm.name=name`` known to the config check (an algorithm registered at run
-    time, e.g. by a test); a built-in name keeps its own keys."""
-    if PARAMS.get(name, params) is not params:
-        raise ValueError(f"algorithm {name!r} is registered with other keys already")
-    PARAMS[name] = params
+def class_params(name: str, cls: type) -> type[AlgorithmParams]:
+    """``cls.Params``, the keys of a plug-in or a class registered at run time; a ConfigError
+    unless it is a dataclass."""
+    params = cls.Params
+    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
+        raise ConfigError(
+            "algorithm.name", name, f"{cls.__name__}.Params is not a dataclass of its keys"
+        )
+    return params
 
 
 def params_class(name: str) -> type[AlgorithmParams]:
@@ -128,6 +84,8 @@ def params_class(name: str) -> type[AlgorithmParams]:
     """
     if name in PARAMS:
         return PARAMS[name]
+    if name in CLASSES:
+        return class_params(name, CLASSES[name])
     if not is_import_path(name):
         raise ConfigError("algorithm.name", name, allowed_algorithms())
     cls = import_object("algorithm.name", name, allowed_algorithms())
@@ -138,12 +96,17 @@ def params_class(name: str) -> type[AlgorithmParams]:
             "algorithm.name", name, f"{what} is not a subclass of {ALGORITHM_BASE}; "
             + allowed_algorithms(),
         )  # fmt: skip
-    params = cls.Params
-    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
-        raise ConfigError(
-            "algorithm.name", name, f"{cls.__name__}.Params is not a dataclass of its keys"
-        )
-    return params
+    return class_params(name, cls)
 
 
-__all__ = ["BUILTIN_NAMES", "PARAMS", "AlgorithmParams", "add_params", "params_class"]
+__all__ = [
+    "BUILTIN_NAMES",
+    "CLASSES",
+    "PARAMS",
+    "AlgorithmParams",
+    "allowed_algorithms",
+    "class_params",
+    "params_class",
+    "summaries",
+    "summary",
+]

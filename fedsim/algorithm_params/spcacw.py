@@ -1,4 +1,8 @@
-"""Keys of SP-CACW (defaults from the seed; torch-free)."""
+"""SP-CACW: a target weights its peers' gradients by estimated bias and variance
+
+``algorithm.*`` keys of ``fedsim/algorithms/spcacw.py`` (torch-free: a config is checked
+without importing the algorithm). Defaults from the seed.
+"""
 
 from __future__ import annotations
 
@@ -96,3 +100,6 @@ class SPCACWParams(AlgorithmParams):
     bias_term: str = checked(  # quadratic: seed's ||sum alpha b||^2 | linear: sum alpha ||b||^2
         "quadratic", lambda v: v in BIAS_TERMS, f"allowed: {', '.join(BIAS_TERMS)}"
     )
+
+
+Params = SPCACWParams

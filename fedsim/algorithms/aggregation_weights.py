@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.fedavg_family import WeightingParams
+from fedsim.algorithm_params.aggregation_weights import WeightingParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,

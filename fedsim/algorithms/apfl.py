@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.baselines import APFLParams
+from fedsim.algorithm_params.apfl import APFLParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import OwnLoop

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.personalized import TOP_BLOCKS, CwFedAvgParams
+from fedsim.algorithm_params.cwfedavg import TOP_BLOCKS, CwFedAvgParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.fedavg_family import DittoParams
+from fedsim.algorithm_params.ditto import DittoParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.clustered import FCParams
+from fedsim.algorithm_params.fc import FCParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.personalized import FedAMPParams
+from fedsim.algorithm_params.fedamp import FedAMPParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

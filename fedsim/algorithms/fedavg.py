@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedsim.algorithm_params.fedavg_family import FedAvgParams
+from fedsim.algorithm_params.fedavg import FedAvgParams
 from fedsim.algorithms.aggregation_weights import AggregationWeights, WeightingParams
 from fedsim.algorithms.base import (
     Algorithm,

@@ -9,7 +9,7 @@ by default and ``algorithm.server_lr`` 1.0 (PFLlib's and the paper's). w_k from
 
 from __future__ import annotations
 
-from fedsim.algorithm_params.fedavg_family import FedAvgMParams
+from fedsim.algorithm_params.fedavgm import FedAvgMParams
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from fedsim.algorithm_params.baselines import FedBABUParams
+from fedsim.algorithm_params.fedbabu import FedBABUParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import BodyShared

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.clustered import FedDiscoParams
+from fedsim.algorithm_params.feddisco import FedDiscoParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.fedavg_family import FedDynParams
+from fedsim.algorithm_params.feddyn import FedDynParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,

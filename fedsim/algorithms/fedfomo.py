@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.personalized import FedFomoParams
+from fedsim.algorithm_params.fedfomo import FedFomoParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.personalized import FedPerParams
+from fedsim.algorithm_params.fedper import FedPerParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,
@@ -47,36 +47,9 @@ from fedsim.algorithms.base import (
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
-from lightning_modules.flat_params import ParamLayout
+from lightning_modules.flat_params import flat_ranges, gather, scatter
 
 FINETUNE_KEY = 11  # seeds the fine-tune pass apart from the main training
-
-
-def flat_ranges(layout: ParamLayout, names: list[str]) -> list[tuple[int, int]]:
-    """The entries ``names`` as merged, sorted [start, stop) ranges of the flat vector."""
-    spans = sorted((layout.slice_of(n).start, layout.slice_of(n).stop) for n in names)
-    merged: list[tuple[int, int]] = []
-    for start, stop in spans:
-        if merged and merged[-1][1] == start:
-            merged[-1] = (merged[-1][0], stop)
-        else:
-            merged.append((start, stop))
-    return merged
-
-
-def gather(flat: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:
-    """A new vector with the entries of ``ranges`` (a copy, never a view of ``flat``)."""
-    if not ranges:
-        return flat.new_empty(0)
-    return torch.cat([flat[a:b] for a, b in ranges])
-
-
-def scatter(flat: torch.Tensor, ranges: list[tuple[int, int]], values: torch.Tensor) -> None:
-    """Write ``values`` (as made by ``gather``) back into the entries of ``ranges``."""
-    offset = 0
-    for a, b in ranges:
-        flat[a:b] = values[offset : offset + b - a]
-        offset += b - a
 
 
 @register

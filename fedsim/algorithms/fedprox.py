@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedsim.algorithm_params.fedavg_family import FedProxParams
+from fedsim.algorithm_params.fedprox import FedProxParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull

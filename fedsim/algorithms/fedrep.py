@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedsim.algorithm_params.baselines import FedRepParams
+from fedsim.algorithm_params.fedrep import FedRepParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import BodyShared

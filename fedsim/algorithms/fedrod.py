@@ -31,12 +31,12 @@ from fedsim.algorithms.base import (
     FederationInfo,
     ServerState,
 )
-from fedsim.algorithms.fedper import flat_ranges, gather
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
 from lightning_modules.blocks import output_layer
+from lightning_modules.flat_params import flat_ranges, gather
 from lightning_modules.hooks import ClientTerms
 
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.fedavg_family import FedVGParams, WeightingParams
+from fedsim.algorithm_params.aggregation_weights import WeightingParams
+from fedsim.algorithm_params.fedvg import FedVGParams
 from fedsim.algorithms.aggregation_weights import register_scorer
 from fedsim.algorithms.base import ClientProbe, FederationInfo
 from fedsim.algorithms.fedavg import FedAvg

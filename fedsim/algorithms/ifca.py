@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.clustered import IFCAParams
+from fedsim.algorithm_params.ifca import IFCAParams
 from fedsim.algorithms.base import (
     Algorithm,
     ClientInfo,

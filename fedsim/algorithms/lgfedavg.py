@@ -10,7 +10,7 @@ whole model and are evaluated with their own lower blocks under the received glo
 
 from __future__ import annotations
 
-from fedsim.algorithm_params.baselines import LGFedAvgParams
+from fedsim.algorithm_params.lgfedavg import LGFedAvgParams
 from fedsim.algorithms.base import FederationInfo
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart

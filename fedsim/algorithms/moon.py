@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedsim.algorithm_params.baselines import MOONParams
+from fedsim.algorithm_params.moon import MOONParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
 from fedsim.algorithms.param_views import NamedViews
 from fedsim.algorithms.registry import register

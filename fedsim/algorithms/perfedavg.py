@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithm_params.baselines import PerFedAvgParams
+from fedsim.algorithm_params.perfedavg import PerFedAvgParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,

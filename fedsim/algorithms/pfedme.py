@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.baselines import PFedMeParams
+from fedsim.algorithm_params.pfedme import PFedMeParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,

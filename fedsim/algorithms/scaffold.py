@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fedsim.algorithm_params.fedavg_family import ScaffoldParams
+from fedsim.algorithm_params.scaffold import ScaffoldParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,

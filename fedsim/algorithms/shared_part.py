@@ -34,8 +34,8 @@ from fedsim.algorithms.base import (
     ServerState,
     WeightedSum,
 )
-from fedsim.algorithms.fedper import flat_ranges, gather, scatter
 from fedsim.sizes import nbytes
+from lightning_modules.flat_params import flat_ranges, gather, scatter
 
 
 class SharedPart(Algorithm):

@@ -18,6 +18,7 @@ from fedsim.algorithms.base import ModelUpload
 from fedsim.deployment.attacks import corrupt_delta
 from fedsim.deployment.compression import Sparse, make_encoder
 from fedsim.deployment.privacy import clip_to_norm, gaussian_noise
+from lightning_modules.flat_params import gather, scatter
 
 NOISE_STREAM = 17  # seeds a client's local noise apart from its training randomness
 ATTACK_STREAM = 18
@@ -84,26 +85,6 @@ class UploadReport:
     delta: torch.Tensor | None = None  # full-length delta, zero outside the upload
     sums: dict[str, tuple[float, torch.Tensor]] | None = None  # shipped one client at a time
     extra: dict[str, float] = field(default_factory=dict)
-
-
-def gather(flat: torch.Tensor, ranges: list[tuple[int, int]] | None) -> torch.Tensor:
-    """The entries ``ranges`` of ``flat`` as one new vector (None: all of them)."""
-    if ranges is None:
-        return flat.clone()
-    if not ranges:
-        return flat.new_empty(0)
-    return torch.cat([flat[a:b] for a, b in ranges])
-
-
-def scatter(flat: torch.Tensor, ranges: list[tuple[int, int]] | None, values: torch.Tensor) -> None:
-    """Write ``values`` (as made by ``gather``) back into ``flat``."""
-    if ranges is None:
-        flat.copy_(values)
-        return
-    offset = 0
-    for a, b in ranges:
-        flat[a:b] = values[offset : offset + b - a]
-        offset += b - a
 
 
 def run_client_stages(
