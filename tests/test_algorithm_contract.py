@@ -70,6 +70,8 @@ REQUIRED = {
     "ifca": ["algorithm.clusters=2"],
     # keeps BatchNorm layers local: a model that has them
     "fedbn": ["model.name=fedavg_cnn_bn"],
+    # its peers join each step by algorithm.participation; join_ratio would not act
+    "spcacw": ["join_ratio=1.0"],
 }
 
 

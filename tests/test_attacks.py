@@ -88,3 +88,17 @@ def test_label_flip_changes_training_from_start_round_only(tmp_path):
     clean = final()
     assert torch.equal(final("attack.kind=label_flip", "attack.start_round=1"), clean)
     assert not torch.equal(final("attack.kind=label_flip"), clean)
+
+
+def test_a_label_flipper_s_statistics_are_of_the_labels_it_trains_on(tmp_path):
+    """FedRoD's balanced softmax adds log n_c of the client's class counts: with 2 classes a
+    client, a flipped label (K-1-y) is a class its true counts lack, and the loss was
+    infinite (the run diverged). The attacker's data has the flipped labels, so its counts
+    are the flipped ones, and it trains on finite losses."""
+    cfg = load_config(None, [*TINY, "data.partition.name=pathological",
+                             "algorithm.name=fedrod", "attack.kind=label_flip",
+                             "attack.fraction=0.4"])  # fmt: skip
+    result = run_experiment(cfg, tmp_path / "run", progress=False, report=False)
+    assert result.history[0]["attackers"]  # the attackers trained this round
+    assert all(np.isfinite(h["train_loss"]) for h in result.history[:-1])
+    assert result.summary["status"] == "completed"

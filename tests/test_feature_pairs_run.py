@@ -152,6 +152,11 @@ def options(row: list[str]) -> Options:
         key, _, value = option.partition("=")
         merged.pop(key, None)
         merged[key] = value
+    if merged.get("privacy.mode") in ("local", "central"):
+        # DP must act and compose, on finite metrics: at the default z = 1 one round of local
+        # noise (std 1 per coordinate) can make a client's loss non-finite (FedRoD did, with
+        # the median rule), which fedsim reports as divergence, by design
+        merged.setdefault("privacy.noise_multiplier", "0.1")
     if merged.get("model.name") != "mlp":
         merged.pop("model.hidden", None)
     if merged.get("model.name") != "char_lstm":

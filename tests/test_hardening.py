@@ -218,7 +218,8 @@ def test_yaml_alias_bomb_is_refused_at_once(capsys, tmp_path):
     argv = ["run", QUICKSTART, *TINY, f"tracking.wandb.tags=[{','.join(levels)}]"]
     line = one_line_error(argv, capsys, tmp_path)
     assert line.startswith("fedsim: error: tracking.wandb.tags=") and "too large: more than" in line
-    assert "values once its aliases are expanded" in line and len(line) < 400, line
+    # bounded: the value is cut at 300 characters
+    assert "values once its aliases are expanded" in line and len(line) < 600, line
 
 
 @pytest.mark.parametrize("where", ["config file", "override"])

@@ -226,10 +226,14 @@ class ClientWorker:
     ) -> ClientResult:
         client = task.client
         split = self.data.clients[client]
+        flipped = task.upload is not None and task.upload.flips_labels
+        counts = self.class_counts[client]
         info = ClientInfo(
             client=client,
             num_train=int(self.train_sizes[client]),
-            class_counts=self.class_counts[client],
+            # a label-flipping attacker's data has labels K-1-y: its statistics are of those
+            # (FedRoD's balanced softmax gave a flipped label of an absent class -inf)
+            class_counts=counts[::-1].copy() if flipped else counts,
             round=round_idx,
             probe=WorkerProbe(self, client, round_idx),
             evaluates=task.evaluate,
@@ -249,7 +253,6 @@ class ClientWorker:
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
         seed = client_seed(self.spec.seed, round_idx, client)
         seed_torch(seed, self.device)
-        flipped = task.upload is not None and task.upload.flips_labels
         with frozen_parameters(self.module, plan.frozen):
             trained = train_client(
                 self.module,
