@@ -36,7 +36,7 @@ test: setup lint docs-check
 	$(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCS) --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff check fedsim lightning_modules ray_jobs tests benchmarks examples docs/gen
