@@ -253,3 +253,26 @@ def last_wins(argv: list[str]) -> list[str]:
     keys = [a.split("=", 1)[0] if "=" in a and not a.startswith("-") else None for a in argv]
     last = {k: i for i, k in enumerate(keys) if k is not None}
     return [a for i, (a, k) in enumerate(zip(argv, keys, strict=True)) if k is None or last[k] == i]
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not reaped, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_until_gone(pids: list[int], timeout: float = 60.0) -> list[int]:
+    """The processes among ``pids`` still running after up to ``timeout`` seconds (a failure
+    guard: it returns as soon as they are gone)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if running(p)]
+        time.sleep(0.2)
+    return alive

@@ -237,12 +237,17 @@ def assert_valid_per_schema(config: Path, given: list[str], algorithm: str) -> N
     from fedsim.checks import field_check
     from fedsim.config import load_config
 
-    documented = {k.key: k for k in [*SECTIONS["experiment"], *SECTIONS[algorithm]]}
     cfg = load_config(str(config), given)
+    # a later override of a whole section (algorithm=null: its defaults) may change the
+    # algorithm and replaces what was set under it
+    algorithm = cfg.algorithm.name if cfg.algorithm.name in SECTIONS else algorithm
+    documented = {k.key: k for k in [*SECTIONS["experiment"], *SECTIONS[algorithm]]}
     expected: dict[str, object] = {}
     for override in given:
         key, _, raw = override.partition("=")
         value = yaml.safe_load(raw) if raw.strip() else None
+        for earlier in [k for k in expected if k.startswith(f"{key.strip()}.")]:
+            del expected[earlier]
         for leaf, leaf_value in _leaves(key.strip(), value, documented):
             expected[leaf] = leaf_value
     for key, value in expected.items():

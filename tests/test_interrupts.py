@@ -35,7 +35,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import untimed
+from helpers import untimed, wait_until_gone
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -51,8 +51,17 @@ EXECUTOR = {"local": ["runtime.executor=local", *ASYNC],
             "ray": ["runtime.executor=ray", "runtime.workers=1"]}  # fmt: skip
 
 
+# the run as a terminal starts it, Ctrl-C raising KeyboardInterrupt: a child of a process
+# that ignores SIGINT (a pytest-xdist worker, a background job of a script) inherits the
+# ignoring, and Python (and so fedsim) keeps ignoring an inherited SIG_IGN, as it should
+AS_IN_A_TERMINAL = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from fedsim.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 def argv(executor: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "fedsim.cli", "run", "configs/quickstart.yaml",
+    return [sys.executable, "-c", AS_IN_A_TERMINAL, "run", "configs/quickstart.yaml",
             f"rounds={ROUNDS}", "checkpoint_every=100", *SMALL, *EXECUTOR[executor],
             "--out", str(out), "--no-progress"]  # fmt: skip
 
@@ -123,23 +132,6 @@ def uninterrupted(tmp_path_factory) -> Any:
         return runs[executor]
 
     return run
-
-
-def wait_until_gone(pids: list[int], timeout: float = 60.0) -> list[int]:
-    """The processes among ``pids`` still running after up to ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if running(p)]
-        time.sleep(0.2)
-    return alive
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 CASES = [  # (executor, signal, whether the run starts its own Ray)

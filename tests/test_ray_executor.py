@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import sys
-import time
 
 import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import untimed
+from helpers import untimed, wait_until_gone
 from ray import cloudpickle as ray_cloudpickle
 
 from fedsim.algorithms.fedavg import FedAvg
@@ -184,23 +183,6 @@ def test_minibatch_gradients_are_seeded(sim):
 # ------------------------------------------------------------------ the pool (shared Ray)
 
 
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_until_gone(pids: list[int], timeout: float = 30.0) -> list[int]:
-    """The processes among ``pids`` still running after up to ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if running(p)]
-        time.sleep(0.2)
-    return alive
-
-
 def assert_same_run(got, want) -> None:
     """Identical metrics, aggregated parameters and client states."""
     assert got.summary == want.summary
@@ -222,7 +204,7 @@ def pool(ray_cluster, sim):
     yield executor
     pids = [i["pid"] for i in executor.worker_info]
     executor.close()
-    assert wait_until_gone(pids) == []  # close() killed the actors
+    assert wait_until_gone(pids, timeout=30.0) == []  # close() killed the actors
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +261,7 @@ def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pool
     doomed_id = pool._actors[0]._actor_id
     pool.crash_worker_on_round(0, round_idx=1)
     disturbed = sim.run(pool)
-    assert wait_until_gone([doomed]) == []  # the worker really died mid-round
+    assert wait_until_gone([doomed], timeout=30.0) == []  # the worker really died mid-round
     assert_same_run(disturbed, pooled_run)
     assert len(disturbed.client_store) >= 6
     replacement = pool._actors[0]

@@ -46,13 +46,4 @@ class CwFedAvgParams(AlgorithmParams):
             raise ConfigError("algorithm.wdr_lambda", self.wdr_lambda, "must be >= 0 (0: no WDR)")
 
 
-def _check_k_map(key: str, mapping: Any, value_ok: str) -> dict[Any, int]:
-    if not isinstance(mapping, dict):
-        raise ConfigError(key, mapping, f"must be a mapping {value_ok}")
-    for k, v in mapping.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"{key}.{k}", v, "must be an integer >= 0 (blocks kept personal)")
-    return mapping
-
-
 Params = CwFedAvgParams
