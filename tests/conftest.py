@@ -45,14 +45,6 @@ def with_environ(values: dict[str, str]) -> dict[str, str]:
     return saved
 
 
-def put_back(saved: dict[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """A small local Ray cluster shared by every test that needs one; shut down at the end.
@@ -75,7 +67,9 @@ def ray_cluster() -> Iterator[Any]:
                 logging_level=logging.WARNING,
             )
         finally:
-            put_back(saved)
+            from fedsim.runtime.ray_cluster import restore_environment
+
+            restore_environment(saved)
     try:
         yield ray
     finally:
