@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import invoke_cli as invoke
+from helpers import stderr_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ def assert_clean(code: int, err: str, argv: list[str]) -> None:
     assert code in (0, 2), f"{argv}: exit {code}\n{err}"
     assert "Traceback" not in err, f"{argv}: traceback\n{err}"
     if code == 2:
-        lines = [line for line in err.splitlines() if line.strip()]
+        lines = stderr_lines(err)
         assert len(lines) == 1, f"{argv}: {len(lines)} lines on stderr\n{err}"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import quickstart, untimed
+from helpers import quickstart, stderr_lines, untimed
 
 import fedsim.checkpoint
 import fedsim.experiment
@@ -71,7 +71,7 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]

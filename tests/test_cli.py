@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import last_wins
+from helpers import last_wins, stderr_lines
 
 import fedsim.data.datasets as datasets
 from fedsim.cli import main
@@ -127,7 +127,7 @@ def test_cli_process_exit_code(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+    lines = stderr_lines(proc.stderr)
     assert len(lines) == 1 and "data.name='mnist'" in lines[0]
     assert not out.exists()
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import stderr_lines
+
 from fedsim.cli import main
 from fedsim.errors import error_line
 
@@ -18,7 +20,7 @@ FAILING = "algorithm.name=failing_plugins:FailsInRoundOne"
 def cli(capsys, *argv: str) -> tuple[int, str]:
     """(exit code, the one stderr line) of ``fedsim run``; asserts it is one line."""
     code = main(["run", QUICKSTART, *TINY, "--no-progress", *argv])
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    lines = stderr_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
     return code, lines[0]
 

@@ -15,7 +15,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from helpers import invoke_cli
+from helpers import invoke_cli, stderr_lines
 
 from fedsim.algorithm_params import BUILTIN_NAMES
 
@@ -76,7 +76,7 @@ def keys(switch: str) -> set[str]:
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_each_switch_alone(switch, tmp_path, capsys):
     code, err = check(tmp_path, capsys, SWITCHES[switch])
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     if switch in REFUSED_ALONE:
         assert code == 2 and len(lines) == 1 and REFUSED_ALONE[switch] in lines[0], err
     else:
@@ -98,7 +98,7 @@ def test_every_pair_works_or_is_refused_naming_both(tmp_path, capsys):
     for a, b in PAIRS:
         both = SWITCHES[a] + [o for o in SWITCHES[b] if o not in SWITCHES[a]]
         code, err = check(tmp_path, capsys, both)
-        lines = [line for line in err.splitlines() if line.strip()]
+        lines = stderr_lines(err)
         if code == 0:
             continue
         if code != 2 or len(lines) != 1 or "Traceback" in err:

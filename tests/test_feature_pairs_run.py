@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from allpairspy import AllPairs
-from helpers import invoke_cli
+from helpers import invoke_cli, stderr_lines
 from test_feature_pairs import FEATURES, PAIRS, SWITCHES
 
 from fedsim.algorithm_params import BUILTIN_NAMES
@@ -370,7 +370,7 @@ def test_refused_pair_is_one_line_naming_both(pair, capsys, tmp_path) -> None:
     work.mkdir()
     argv = ["run", str(config), "--check", "--no-progress", *options(refused_row(frozenset(pair)))]
     code, err = invoke_cli(argv, capsys, work)
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert code == 2 and len(lines) == 1, err
     for value in pair:
         keys = {o.split("=")[0] for o in value_of(value)[1]}

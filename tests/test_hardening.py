@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import invoke_cli, one_line_error, refused_check, untimed
+from helpers import invoke_cli, one_line_error, refused_check, stderr_lines, untimed
 
 from fedsim.cli import main
 from fedsim.config import load_config
@@ -91,7 +91,7 @@ def test_a_flipped_byte_is_caught_and_resume_falls_back(region, checkpointed, tm
     argv = ["run", QUICKSTART, *SMALL, "rounds=4", "algorithm.name=scaffold",
             "checkpoint_every=2", "--out", str(run_dir), "--resume", "--no-progress"]  # fmt: skip
     assert main(argv) == 0
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    err = stderr_lines(capsys.readouterr().err)
     assert len(err) == 1 and "round_00004.pt is damaged" in err[0], err
     assert "kept as round_00004.pt.damaged" in err[0] and "rounds 2-3 are computed again" in err[0]
     assert (run_dir / "checkpoints" / "round_00004.pt.damaged").is_file()

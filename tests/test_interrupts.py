@@ -35,7 +35,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import untimed, wait_until_gone
+from helpers import stderr_lines, untimed, wait_until_gone
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -172,7 +172,7 @@ def test_interrupted_run_says_how_to_resume_and_resumes_to_the_bit(
     assert proc.returncode != 0, f"the run ended before the signal: more rounds? {err}"
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], err
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     last = lines[-1]
     assert [line for line in lines if "--resume" in line] == [last], err
     if executor == "local":

@@ -13,6 +13,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from helpers import stderr_lines
 
 from fedsim.checks import field_check
 from fedsim.cli import main
@@ -190,7 +191,7 @@ def test_keys_markdown(capsys) -> None:
 def test_unknown_section_is_one_line_exit_2(capsys) -> None:
     code, out, err = run_keys(["nosuchsection"], capsys)
     assert code == 2 and not out
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert len(lines) == 1, err
     assert "section='nosuchsection'" in lines[0] and "fedper" in lines[0]
 

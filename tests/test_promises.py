@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import stderr_lines
 
 from fedsim.cli import main
 from fedsim.config import load_config
@@ -26,10 +27,6 @@ def quick(out: Path | None, *overrides: str, resume: bool = False):
     torch.set_num_threads(1)
     cfg = load_config(QUICKSTART, [*SMALL, *overrides])
     return run_experiment(cfg, out, progress=False, report=False, resume=resume)
-
-
-def stderr_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.strip()]
 
 
 # ------------------------------------------------------------------ a spilled state changed

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from helpers import untimed
+from helpers import stderr_lines, untimed
 
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
@@ -77,7 +77,7 @@ def test_cli_with_an_unreachable_address_exits_2_with_one_line(tmp_path):
         timeout=180,
     )
     assert done.returncode == 2, done.stderr[-2000:]
-    lines = done.stderr.splitlines()
+    lines = stderr_lines(done.stderr)
     assert len(lines) == 1, done.stderr[-2000:]
     assert lines[0].startswith(
         "fedsim: error: runtime.address='127.0.0.1:1': no Ray cluster answered within 3 s (tried "
@@ -305,7 +305,7 @@ def test_missing_dataset_on_ray_stops_the_early_workers(tmp_path):
             break
         time.sleep(0.1)
     err = driver.stderr.read().decode()
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert driver.returncode == 2 and len(lines) == 1 and "data.name='mnist'" in lines[0], err
     assert "raylet" in seen  # Ray did start early
     assert not (tmp_path / "run").exists() and not (tmp_path / "nothing").exists()

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import last_wins
+from helpers import last_wins, stderr_lines
 
 from fedsim.cli import main
 
@@ -29,7 +29,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
 
 
 def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]
