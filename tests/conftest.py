@@ -5,7 +5,11 @@ a job run in a subprocess, via ``RAY_ADDRESS``) instead of starting its own.
 Every test leaves the process as it found it: ``restore_process_state`` puts back torch's
 thread count, ``os.environ`` and the working directory after each test, so no test's result
 depends on which ran before it (``torch.set_num_threads(1)``, as a worker does, is safe
-inside a test)."""
+inside a test).
+
+Under ``pytest -n 2`` (pytest-xdist, ``--dist loadgroup``), the tests of a module that
+share work computed once per module (a module-scoped fixture, a ``functools.cache``d run)
+go to one worker (``share_module_work``): split across workers, each would compute it."""
 
 from __future__ import annotations
 
@@ -19,6 +23,27 @@ import pytest
 import torch  # every test imports it (fedsim does); here so its thread count can be restored
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def shares_module_work(item: pytest.Item) -> bool:
+    """Does ``item`` use a module-scoped fixture, or does its module cache results in a
+    function of its own (``functools.cache``)?"""
+    fixtures = item._fixtureinfo.name2fixturedefs.values()  # type: ignore[attr-defined]
+    if any(d.scope == "module" for defs in fixtures for d in defs):
+        return True
+    module = item.module  # type: ignore[attr-defined]
+    return any(
+        hasattr(value, "cache_info") and getattr(value, "__module__", None) == module.__name__
+        for value in vars(module).values()
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One xdist group per module whose tests share module work (module docstring)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and shares_module_work(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +100,21 @@ def ray_cluster() -> Iterator[Any]:
     finally:
         if started:
             ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_pool(ray_cluster: Any) -> Iterator[dict[str, Any]]:
+    """Two worker actors (half a CPU each) lent to a module's Ray runs, so a module of short
+    runs starts actors once: ``{"pool": StartedPool}``, taken by a ``RayExecutor(pool=...)``
+    and put back with ``detach_pool()`` (``helpers.run_local_and_ray(cfg, held)``). They
+    hold one of the cluster's two CPUs while the module runs; killed at its end."""
+    from fedsim.config import RuntimeConfig
+    from fedsim.runtime.pool_start import start_pool
+
+    held = {"pool": start_pool(RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5))}
+    yield held
+    if "pool" in held:  # not lost to a failed run (whose executor closed it)
+        held["pool"].close()
 
 
 @pytest.fixture(scope="session")

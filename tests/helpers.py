@@ -39,9 +39,11 @@ def untimed(history: list[dict]) -> list[dict]:
     return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
 
-def run_local_and_ray(cfg: Any) -> tuple[Any, Any]:
+def run_local_and_ray(cfg: Any, held: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """Run ``cfg`` on the local executor, then on a 2-worker Ray pool (half a CPU each);
-    the two ``RunResult`` s. Needs the session's ``ray_cluster`` fixture."""
+    the two ``RunResult`` s. Needs the session's ``ray_cluster`` fixture. ``held``: the
+    ``ray_pool`` fixture's holder, whose actors the Ray run borrows and hands back (each
+    run gives them its own spec and data); None: the run starts and kills its own."""
     import dataclasses
 
     from fedsim.runtime.executor import LocalExecutor
@@ -58,9 +60,12 @@ def run_local_and_ray(cfg: Any) -> tuple[Any, Any]:
             runtime = dataclasses.replace(
                 cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5
             )
-            pool = RayExecutor(runtime, sim.worker_spec, sim.data)
+            borrowed = held.pop("pool") if held else None
+            pool = RayExecutor(runtime, sim.worker_spec, sim.data, pool=borrowed)
         try:
             results.append(sim.run(pool))
+            if held is not None and executor == "ray":
+                held["pool"] = pool.detach_pool()
         finally:
             pool.close()
     return results[0], results[1]

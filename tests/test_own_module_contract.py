@@ -114,22 +114,11 @@ def test_plain_module_equals_the_built_in_model(algorithm: str) -> None:
     assert_same(final_params(plain), final_params(builtin), "params")
 
 
-@pytest.fixture(scope="module")
-def ray_pool(ray_cluster):
-    """One 2-worker pool for every algorithm's Ray run (actors start once)."""
-    from fedsim.config import RuntimeConfig
-    from fedsim.runtime.pool_start import start_pool
-
-    held = {"pool": start_pool(RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5))}
-    yield held
-    held["pool"].close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", BUILT_IN)
 def test_plain_module_on_the_ray_pool_equals_the_local_executor(algorithm, ray_pool) -> None:
     cfg = config(algorithm, plain_kind(algorithm))
-    on_ray, ray_pool["pool"] = run(cfg, ray_pool["pool"])
+    on_ray, ray_pool["pool"] = run(cfg, ray_pool.pop("pool"))
     assert untimed(on_ray.history) == untimed(local_run(algorithm, plain_kind(algorithm)).history)
 
 

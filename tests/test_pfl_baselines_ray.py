@@ -35,13 +35,15 @@ TEN = {
     "moon": ["algorithm.mu=1"],
     "fednova": ["client.epochs_by_client=[1,2]"],
 }
+# one xdist worker runs the module: its ten Ray runs borrow one pool (conftest ``ray_pool``)
+pytestmark = pytest.mark.xdist_group("pfl_baselines_ray")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(TEN))
-def test_ray_pool_equals_the_local_executor(name: str, ray_cluster) -> None:
+def test_ray_pool_equals_the_local_executor(name: str, ray_pool) -> None:
     cfg = load_config(None, [*BASE, f"algorithm.name={name}", *TEN[name]])
-    local, ray_run = run_local_and_ray(cfg)
+    local, ray_run = run_local_and_ray(cfg, ray_pool)
     try:
         assert untimed(ray_run.history) == untimed(local.history)
         assert [h.get("num_trained") for h in local.history[:2]] == [4, 4]

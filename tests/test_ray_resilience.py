@@ -266,7 +266,7 @@ def gone(pid: int, wait_s: float = 30.0) -> bool:
 def test_node_removed_mid_round_changes_nothing():
     """Ray's multi-node test cluster, in a process of its own (tests/node_failure_script.py):
     a node is removed while round 1 runs; the round completes on the remaining node and the
-    run equals an undisturbed one (and the in-process executor's)."""
+    run equals the in-process executor's to the bit (as an undisturbed pool does)."""
     done = subprocess.run(
         [sys.executable, str(REPO / "tests" / "node_failure_script.py"), "5"],
         cwd=REPO,
@@ -280,8 +280,7 @@ def test_node_removed_mid_round_changes_nothing():
     assert result["removed_mid_round"], result
     assert result["live_workers_after"].count(False) == 1, result
     assert result["rounds_done"] == 4, result  # 3 rounds + the final evaluation
-    assert result["same_as_undisturbed"], result
-    assert result["max_param_diff_vs_local"] <= 1e-5, result
+    assert result["same_as_local"], result  # to the bit
 
 
 @pytest.mark.slow
