@@ -106,7 +106,8 @@ def test_offline_run_lives_in_run_folder_and_equals_local_files(runs):
     assert wb.config["partition_stats"]["stats"] == partition["stats"]
 
     plots = {k for k in wb.history[-1] if k.startswith("plots/")}
-    assert {"plots/accuracy_curves", "plots/client_accuracy_distribution"} <= plots
+    assert {"plots/accuracy_curves", "plots/client_accuracy_distribution",
+            "plots/label_distribution"} <= plots  # fmt: skip
 
 
 def test_no_wandb_process_left_after_the_run(runs):

@@ -7,6 +7,7 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``client_accuracy_distribution.png``: per-round spread of client accuracies (percentiles);
 - ``client_accuracy_vs_classes.png``: final per-client accuracy vs classes the client holds;
 - ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples;
+- ``label_distribution.png``: the training labels of each client (``label_plot.py``);
 - ``accuracy_vs_sim_time.png`` (runs that log ``sim_time``: asynchronous rounds, or
   ``asynchronous.speeds`` set): accuracy against simulated time.
 
@@ -26,13 +27,15 @@ from typing import Any
 import numpy as np
 
 # CLIENT_COLUMNS and load_run stay importable from here (older code, tests)
+from fedsim.tracking.label_plot import plot_label_distribution
 from fedsim.tracking.run_data import CLIENT_COLUMNS, RunData, is_number, load_run  # noqa: F401
 
 ACCURACY_CURVES = "accuracy_curves.png"
 CLIENT_DISTRIBUTION = "client_accuracy_distribution.png"
 VS_CLASSES = "client_accuracy_vs_classes.png"
 VS_SAMPLES = "client_accuracy_vs_samples.png"
-REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES)
+LABEL_DISTRIBUTION = "label_distribution.png"
+REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES, LABEL_DISTRIBUTION)
 VS_SIM_TIME = "accuracy_vs_sim_time.png"  # only for runs that log sim_time
 
 
@@ -192,6 +195,8 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
             plot_client_distribution(run, plots / CLIENT_DISTRIBUTION),
             plot_final_vs(run, plots / VS_CLASSES, "classes"),
             plot_final_vs(run, plots / VS_SAMPLES, "samples"),
+            _save(plot_label_distribution(_pyplot(), run.partition, run.label),
+                  plots / LABEL_DISTRIBUTION),  # fmt: skip
         ]
         if any("sim_time" in m for m in run.metrics):
             written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
