@@ -39,6 +39,7 @@ from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
 from fedsim.runtime.model_fit import fit_model, sample_batch
 from fedsim.runtime.worker import WorkerSpec
+from fedsim.streams import COHORT_TAG
 from fedsim.tracking.base import Sink
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
@@ -222,7 +223,7 @@ class Simulation:
         """``int(join_ratio * clients)`` clients (at least 1), seeded by (seed, round)."""
         n = self.data.num_clients
         size = max(1, int(self.cfg.join_ratio * n))
-        rng = np.random.default_rng([self.cfg.seed, round_idx, 7])
+        rng = np.random.default_rng([self.cfg.seed, round_idx, COHORT_TAG])
         return sorted(rng.choice(n, size=size, replace=False).tolist())
 
     def run(

@@ -24,13 +24,14 @@ from fedsim.algorithms.base import AlgorithmParams, WeightedSum
 from fedsim.algorithms.clustering import adjusted_rand_index, latest_assignment
 from fedsim.algorithms.fc import FC, FCParams, complete_linkage_bipartition, cosine_similarities
 from fedsim.algorithms.feddisco import FedDisco, FedDiscoParams, disco_weights, discrepancies
-from fedsim.algorithms.ifca import IFCA, INIT_SEED, IFCAParams, permuted_init
+from fedsim.algorithms.ifca import IFCA, IFCAParams, permuted_init
 from fedsim.algorithms.oracle import Oracle
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.figures import Figure
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation
+from fedsim.streams import IFCA_INIT_SEED
 
 PARAMS = [("w", (2,)), ("b", (1,))]  # 3 numbers a model
 MARGIN = 0.3  # accuracy over FedAvg; measured gaps ~0.58 (module docstring)
@@ -213,7 +214,7 @@ def test_ifca_initial_models_are_distinct_permutations_of_the_initial_model():
     for model in models:  # each tensor keeps its values (the same init distribution)
         assert sorted(model[:12].tolist()) == list(range(12))
         assert sorted(model[12:].tolist()) == [12, 13, 14]
-    assert torch.equal(models[1], permuted_init(initial, fed.layout, INIT_SEED * 1000 + 1))
+    assert torch.equal(models[1], permuted_init(initial, fed.layout, IFCA_INIT_SEED * 1000 + 1))
 
 
 def test_ifca_figure_shows_assignments_and_the_ari():

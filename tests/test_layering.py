@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "fedsim.checks", "fedsim.sizes", "fedsim.plugins", "fedsim.figures", "fedsim.metrics",
         "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",
+        "fedsim.streams",
     ),
     ("fedsim.data", "lightning_modules", "fedsim.storage"),
     ("fedsim.algorithm_params",),

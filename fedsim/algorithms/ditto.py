@@ -28,8 +28,7 @@ from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUp
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-
-PERSONAL_KEY = 13  # seeds the personal pass apart from the main training
+from fedsim.streams import DITTO_PERSONAL_KEY
 
 
 @register
@@ -65,7 +64,7 @@ class Ditto(FedAvg):
             epochs=self.params.personal_epochs,
             terms=terms,
             indices=plan.train_indices,
-            key=PERSONAL_KEY,
+            key=DITTO_PERSONAL_KEY,
             label="personal",  # its loss and self.log values beside the global pass's
         )
         if not math.isfinite(loss):

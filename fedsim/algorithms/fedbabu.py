@@ -21,8 +21,7 @@ from fedsim.algorithm_params.fedbabu import FedBABUParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import BodyShared
-
-FINETUNE_KEY = 19  # seeds the evaluation fine-tune apart from the main pass
+from fedsim.streams import FEDBABU_FINETUNE_KEY
 
 
 @register
@@ -45,7 +44,7 @@ class FedBABU(BodyShared):
         plan = ClientPlan(train_params=model, frozen=self.head_names)
         epochs = self.params.finetune_epochs
         if client.evaluates and epochs > 0 and client.probe is not None:
-            tuned, loss = client.probe.train(model, epochs=epochs, key=FINETUNE_KEY)
+            tuned, loss = client.probe.train(model, epochs=epochs, key=FEDBABU_FINETUNE_KEY)
             if math.isfinite(loss):
                 plan.eval_params = tuned
         return plan

@@ -47,8 +47,7 @@ from fedsim.algorithms.base import (
 from fedsim.algorithms.registry import register
 from fedsim.sizes import nbytes
 from fedsim.storage import ClientStateStore
-
-VAL_SEED = 20210503  # the validation subset depends only on the client
+from fedsim.streams import FEDFOMO_VAL_TAG
 
 
 def split_validation(
@@ -61,7 +60,7 @@ def split_validation(
         n_val = min(max(n_val, 1), len(train) - 1)
     else:
         n_val = 0
-    rng = np.random.default_rng([client, VAL_SEED])
+    rng = np.random.default_rng([client, FEDFOMO_VAL_TAG])  # the client's alone
     held = np.zeros(len(train), dtype=bool)
     held[rng.choice(len(train), size=n_val, replace=False)] = True
     return train[~held], train[held]

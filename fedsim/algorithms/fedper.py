@@ -47,9 +47,8 @@ from fedsim.algorithms.base import (
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
+from fedsim.streams import FEDPER_FINETUNE_KEY
 from lightning_modules.flat_params import flat_ranges, gather, scatter
-
-FINETUNE_KEY = 11  # seeds the fine-tune pass apart from the main training
 
 
 @register
@@ -160,7 +159,7 @@ class FedPer(Algorithm):
         epochs = self.params.finetune_epochs
         if epochs > 0 and k > 0 and client.probe is not None:
             tuned, loss = client.probe.train(
-                model, epochs=epochs, frozen=self.base_names[k], key=FINETUNE_KEY
+                model, epochs=epochs, frozen=self.base_names[k], key=FEDPER_FINETUNE_KEY
             )
             if math.isfinite(loss):
                 model = tuned

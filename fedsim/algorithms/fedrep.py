@@ -21,8 +21,7 @@ from fedsim.algorithm_params.fedrep import FedRepParams
 from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import BodyShared
-
-HEAD_KEY = 17  # seeds the head epochs apart from the main (body) pass
+from fedsim.streams import FEDREP_HEAD_KEY
 
 
 @register
@@ -45,7 +44,7 @@ class FedRep(BodyShared):
         epochs = self.params.head_epochs
         if client.trains and epochs > 0 and client.probe is not None:
             tuned, loss = client.probe.train(
-                model, epochs=epochs, frozen=self.shared_names(), key=HEAD_KEY
+                model, epochs=epochs, frozen=self.shared_names(), key=FEDREP_HEAD_KEY
             )
             if math.isfinite(loss):  # a diverged head pass trains the body from the old head
                 plan.train_params, plan.eval_params = tuned, model

@@ -50,6 +50,7 @@ from fedsim.algorithms.registry import register
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
+from fedsim.streams import FEDVG_VAL_TAGS
 from lightning_modules.flat_params import ParamLayout
 
 
@@ -149,7 +150,7 @@ def build_validation(
     seed: int,
 ) -> tuple[FederatedData, ValidationSplit]:
     """FedVG's validation set (see the module docstring); the data the workers then get."""
-    rng = np.random.default_rng([seed, 0xFED, 0x56])
+    rng = np.random.default_rng([seed, *FEDVG_VAL_TAGS])
     subsets: dict[int, np.ndarray] = {}
     total_train = int(sum(len(c.train) for c in data.clients))
     if params.val_dataset is None:

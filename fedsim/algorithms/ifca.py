@@ -47,10 +47,10 @@ from fedsim.algorithms.clustering import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.figures import Figure
+from fedsim.streams import IFCA_INIT_SEED
 from lightning_modules.flat_params import ParamLayout
 
 IFCA_PNG = "ifca_clusters.png"
-INIT_SEED = 3751  # the permutations of model k > 0 are seeded by (INIT_SEED, k)
 
 
 def permuted_init(initial: torch.Tensor, layout: ParamLayout, seed: int) -> torch.Tensor:
@@ -85,7 +85,7 @@ class IFCA(Algorithm):
         layout = self.federation.layout
         models = [initial_params.clone()]
         models += [
-            permuted_init(initial_params, layout, INIT_SEED * 1000 + k)
+            permuted_init(initial_params, layout, IFCA_INIT_SEED * 1000 + k)
             for k in range(1, self.params.clusters)
         ]
         return {

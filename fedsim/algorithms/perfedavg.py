@@ -31,8 +31,7 @@ from fedsim.algorithms.base import (
 )
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import OwnLoop
-
-EVAL_KEY = 23  # seeds the evaluation step's minibatch
+from fedsim.streams import PERFEDAVG_EVAL_KEY
 
 
 @register
@@ -62,7 +61,7 @@ class PerFedAvg(OwnLoop):
         probe = client.probe
         if client.evaluates and probe is not None:
             alpha, _ = self.step_sizes(probe)
-            batch = probe.batches(1, key=EVAL_KEY)[0]
+            batch = probe.batches(1, key=PERFEDAVG_EVAL_KEY)[0]
             grad, loss = probe.gradient(theta, batch)
             if math.isfinite(loss):
                 plan.eval_params = theta - alpha * grad

@@ -35,6 +35,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.sizes import nbytes
+from fedsim.streams import LOOP_BATCHES_KEY
 from lightning_modules.flat_params import flat_ranges, gather, scatter
 
 
@@ -163,7 +164,7 @@ class OwnLoop(SharedPart):
     main pass is skipped (``ClientPlan.epochs`` 0)."""
 
     trains_in_own_loop = True
-    LOOP_KEY: ClassVar[int] = 21  # seeds the loop's minibatches apart from other passes
+    LOOP_KEY: ClassVar[int] = LOOP_BATCHES_KEY  # the loop's minibatches (fedsim.streams)
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         super().__init__(params, federation)

@@ -89,6 +89,11 @@ from fedsim.algorithms.spcacw_report import alpha_figures, round_report
 from fedsim.errors import ConfigError
 from fedsim.figures import Figure
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
+from fedsim.streams import (
+    SPCACW_PARTICIPATION_TAG,
+    SPCACW_PEER_BATCH_TAG,
+    SPCACW_TARGET_BATCHES_TAG,
+)
 
 __all__ = ["SPCACW", "SPCACWParams", "beta_at", "centred_update", "draw_participation"]
 _Moments = TargetMoments  # the name the tests knew
@@ -225,7 +230,9 @@ class SPCACW(Algorithm):
         out: list[np.ndarray] = []
         passes = 0
         while len(out) < steps:
-            rng = np.random.default_rng([context.seed, context.round, client, 11, passes])
+            rng = np.random.default_rng(
+                [context.seed, context.round, client, SPCACW_TARGET_BATCHES_TAG, passes]
+            )
             order = own[rng.permutation(len(own))]
             out += [order[i : i + size] for i in range(0, len(own), size)]
             passes += 1
@@ -234,7 +241,9 @@ class SPCACW(Algorithm):
     def peer_batch(self, context: ExchangeRound, step: int, target: int, peer: int) -> np.ndarray:
         """A peer's minibatch for (round, step, target): ``batch_size`` of its train samples."""
         own = np.asarray(self.federation.client_train_indices[peer], dtype=np.int64)
-        rng = np.random.default_rng([context.seed, context.round, step, target, peer, 13])
+        rng = np.random.default_rng(
+            [context.seed, context.round, step, target, peer, SPCACW_PEER_BATCH_TAG]
+        )
         return np.sort(rng.choice(own, size=min(context.batch_size, len(own)), replace=False))
 
     def step_tasks(
@@ -255,7 +264,9 @@ class SPCACW(Algorithm):
             for peer in range(self.federation.num_clients):
                 if peer == target:
                     samples = batches[k][step]
-                elif draw_participation([context.seed, context.round, step, target, peer, 12], p):
+                elif draw_participation(
+                    [context.seed, context.round, step, target, peer, SPCACW_PARTICIPATION_TAG], p
+                ):
                     samples = self.peer_batch(context, step, target, peer)
                     pairs += 1
                 else:

@@ -19,6 +19,7 @@ from fedsim.data.heterogeneity import (
 )
 from fedsim.data.partition import PARTITION_NAMES, check_partition_inputs, partition_labels
 from fedsim.errors import ConfigError
+from fedsim.streams import SPLIT_TAG
 
 ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.name
 NATURAL = "natural"  # one client per value of data.partition.by (hf: datasets)
@@ -53,7 +54,7 @@ def build_group_federation(
     keep = np.concatenate(members) if members else np.zeros(0, np.int64)
     position = np.empty(len(groups), dtype=np.int64)
     position[keep] = np.arange(len(keep))
-    split_rng = np.random.default_rng([seed, 1])
+    split_rng = np.random.default_rng([seed, SPLIT_TAG])
     clients = [split_train_test(position[m], train_ratio, split_rng) for m in members]
     info: dict[str, Any] = {
         "name": NATURAL, "by": by, "seed": seed, "train_ratio": train_ratio,
@@ -245,7 +246,7 @@ def build_federated_data(
         parts, used = partition_flwr(
             dataset.labels, partition, num_clients, flwr_args or {}, label_column, seed
         )
-        split_rng = np.random.default_rng([seed, 1])
+        split_rng = np.random.default_rng([seed, SPLIT_TAG])
         clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
         info = {"name": partition, "args": used, "seed": seed, "train_ratio": train_ratio}
         return FederatedData(dataset=dataset, clients=clients, partition=info)
@@ -275,7 +276,7 @@ def build_federated_data(
             seed=seed,
         )
     # An independent stream from the partition's, so splits do not shift the partition.
-    split_rng = np.random.default_rng([seed, 1])
+    split_rng = np.random.default_rng([seed, SPLIT_TAG])
     clients = [split_train_test(part, train_ratio, split_rng) for part in parts]
     info: dict[str, Any] = {"name": partition, "seed": seed, "train_ratio": train_ratio}
     if partition in ("relabel", "rotation"):

@@ -11,6 +11,7 @@ import torch
 
 from fedsim.data.datasets import Dataset
 from fedsim.errors import ConfigError
+from fedsim.streams import MAX_SAMPLES_TAG
 
 SPLITS = ("train", "test", "all")
 
@@ -166,7 +167,7 @@ def stratified_subset(dataset: Dataset, max_samples: int | None) -> Dataset:
             f"does not apply to {dataset.name}, whose clients come with the data; "
             "use data.num_clients and data.min_samples (or null)",
         )
-    rng = np.random.default_rng([0, 5])
+    rng = np.random.default_rng([0, MAX_SAMPLES_TAG])
     keep = []
     for c in range(dataset.num_classes):
         members = np.flatnonzero(dataset.labels == c)

@@ -21,6 +21,7 @@ import numpy as np
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.partition import BASE_NAMES, check_partition_inputs, least_samples
 from fedsim.errors import ConfigError
+from fedsim.streams import CLUSTERED_TAG, RELABEL_TAG
 
 HETEROGENEITY_NAMES = ("relabel", "rotation", "clustered")
 # Clusters when data.partition.clusters is null (at most the clients); rotation without
@@ -76,7 +77,7 @@ def label_permutations(num_classes: int, clusters: int, seed: int) -> np.ndarray
 
     Seeded by `seed`; rows are redrawn (a few times) to differ from each other while
     num_classes! allows."""
-    rng = np.random.default_rng([seed, 21])
+    rng = np.random.default_rng([seed, RELABEL_TAG])
     perms = [np.arange(num_classes, dtype=np.int64)]
     for _ in range(1, clusters):
         for _attempt in range(100):
@@ -171,7 +172,7 @@ def partition_clustered(
     check_partition_inputs(labels, num_classes, num_clients, seed)
     if not alpha > 0:
         raise ConfigError("data.partition.alpha", alpha, "must be > 0")
-    rng = np.random.default_rng([seed, 22])
+    rng = np.random.default_rng([seed, CLUSTERED_TAG])
     membership = client_clusters(num_clients, clusters)
     class_indices = [np.flatnonzero(labels == y) for y in range(num_classes)]
     min_size = max(2, least_samples(len(labels), num_clients))

@@ -14,8 +14,7 @@ import numpy as np
 import torch
 
 from fedsim.config import AttackConfig
-
-ATTACK_SEED_KEY = 16  # separates the attackers' draw from every other use of the seed
+from fedsim.streams import ATTACKERS_TAG
 
 
 def attackers(settings: AttackConfig, num_clients: int, seed: int) -> list[int]:
@@ -23,7 +22,7 @@ def attackers(settings: AttackConfig, num_clients: int, seed: int) -> list[int]:
     if settings.kind == "none" or num_clients == 0:
         return []
     count = int(round(settings.fraction * num_clients))
-    rng = np.random.default_rng([seed, ATTACK_SEED_KEY])
+    rng = np.random.default_rng([seed, ATTACKERS_TAG])
     return sorted(rng.choice(num_clients, size=count, replace=False).tolist())
 
 

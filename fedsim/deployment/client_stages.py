@@ -18,10 +18,8 @@ from fedsim.algorithms.base import ModelUpload
 from fedsim.deployment.attacks import corrupt_delta
 from fedsim.deployment.compression import Sparse, make_encoder
 from fedsim.deployment.privacy import clip_to_norm, gaussian_noise
+from fedsim.streams import ATTACK_NOISE_TAG, LOCAL_NOISE_TAG
 from lightning_modules.flat_params import gather, scatter
-
-NOISE_STREAM = 17  # seeds a client's local noise apart from its training randomness
-ATTACK_STREAM = 18
 
 
 @dataclass(frozen=True)
@@ -105,7 +103,7 @@ def run_client_stages(
     if not job.changes_upload:
         return trained, _with_delta(report, job, delta, ranges, trained)
     if job.attacking and s.attack_kind not in ("none", "label_flip"):
-        seed = [s.seed, round_idx, client, ATTACK_STREAM]
+        seed = [s.seed, round_idx, client, ATTACK_NOISE_TAG]
         delta = corrupt_delta(s.attack_kind, delta, s.attack_factor, seed)
     if job.clip_norm is not None:
         delta, report.norm = clip_to_norm(delta, job.clip_norm)
@@ -121,7 +119,7 @@ def run_client_stages(
         report.sparse_nbytes = sparse.nbytes
     std = _noise_std(job)
     if std > 0:
-        seed = [s.seed, round_idx, client, NOISE_STREAM]
+        seed = [s.seed, round_idx, client, LOCAL_NOISE_TAG]
         if sparse is None:
             delta = delta + gaussian_noise(delta.numel(), std, seed)
         else:  # noise on the values sent: the upload stays sparse

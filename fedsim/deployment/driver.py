@@ -21,6 +21,7 @@ from fedsim.deployment.checks import check_deployment, non_default_options
 from fedsim.deployment.client_stages import ClientUpload, UploadSettings
 from fedsim.deployment.privacy import AdaptiveClipNorm
 from fedsim.deployment.server_stages import add_central_noise, robust_sums
+from fedsim.streams import CLIP_COUNT_TAG
 
 
 class Deployment:
@@ -207,7 +208,7 @@ class Deployment:
         self.adaptive = None
         if p.adaptive and p.clip_norm is not None:
             self.adaptive = AdaptiveClipNorm(
-                p.clip_norm, target_quantile=p.target_quantile, seed=(self.cfg.seed, 20)
+                p.clip_norm, target_quantile=p.target_quantile, seed=(self.cfg.seed, CLIP_COUNT_TAG)
             )
         self.residuals: dict[int, torch.Tensor] = {}
         self.participation: dict[int, int] = {}

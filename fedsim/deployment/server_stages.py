@@ -24,8 +24,7 @@ from fedsim.algorithms.base import WeightedSum
 from fedsim.config import AggregationConfig
 from fedsim.deployment import robust
 from fedsim.deployment.privacy import gaussian_noise
-
-CENTRAL_NOISE_STREAM = 19
+from fedsim.streams import CENTRAL_NOISE_TAG
 
 ClientSums = dict[str, tuple[float, torch.Tensor]]
 
@@ -127,7 +126,7 @@ def add_central_noise(
             continue
         scale = std * max_weights.get(key, 1.0)
         draw = gaussian_noise(
-            total.value.numel(), scale, [seed, round_idx, CENTRAL_NOISE_STREAM, _key_id(key)]
+            total.value.numel(), scale, [seed, round_idx, CENTRAL_NOISE_TAG, _key_id(key)]
         )
         total.value = total.value + draw.to(torch.float64).reshape(total.value.shape)
 

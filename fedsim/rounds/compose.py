@@ -29,9 +29,9 @@ from fedsim.rounds.kind import RoundKind
 from fedsim.rounds.local import LocalRounds
 from fedsim.rounds.schedule import SyncTimeline, client_work
 from fedsim.rounds.staleness import VirtualClock, default_max_staleness
+from fedsim.streams import SPEED_TAG
 
 KINDS = ("local", "exchange", "buffered")
-_SPEED_STREAM = 0x5BEED  # seeds the clients' speeds apart from other uses of the seed
 
 
 def round_kind_name(cfg: ExperimentConfig, algorithm: Algorithm) -> str:
@@ -159,7 +159,7 @@ def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[Virtu
     """The clients' seeded speeds and each client's round duration in virtual time."""
     a, n = cfg.asynchronous, len(train_sizes)
     clock = VirtualClock.from_spec(
-        a.speeds or "constant", n, seed=(cfg.seed, _SPEED_STREAM), dropout=a.dropout
+        a.speeds or "constant", n, seed=(cfg.seed, SPEED_TAG), dropout=a.dropout
     )
     durations = clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
     if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):

@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.rounds.staleness import VirtualClock
-
-_DISPATCH_STREAM = 0xA5C  # seeds who fills a free slot, apart from other uses of the seed
+from fedsim.streams import DISPATCH_TAG
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ class AsyncSchedule:
             idle = [c for c in range(self.num_clients) if c not in busy]
             if not idle:
                 return
-            rng = np.random.default_rng([self.seed, _DISPATCH_STREAM, self.step])
+            rng = np.random.default_rng([self.seed, DISPATCH_TAG, self.step])
             client = idle[int(rng.integers(len(idle)))]
             dropped = bool(self.clock.dropped([client], self.step)[0])
             arrives = now + float(self.durations[client])

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsim.config.asynchronous import STALE_POLICIES, SpeedSpec, parse_speeds
+from fedsim.streams import DROPOUT_TAG
 
 DISCOUNTS = ("constant", "polynomial", "hinge")
-_DROPOUT_STREAM = 0x0D0F  # keeps dropout draws apart from other uses of the same seed
 
 
 def discount(
@@ -172,7 +172,7 @@ class VirtualClock:
         One uniform draw per client of the federation per step, so the answer does not
         depend on who else is in the cohort.
         """
-        rng = np.random.default_rng(np.random.SeedSequence([*self.seed, _DROPOUT_STREAM, step]))
+        rng = np.random.default_rng(np.random.SeedSequence([*self.seed, DROPOUT_TAG, step]))
         return rng.random(self.slowdowns.size)[np.asarray(clients, int)] < self.dropout
 
     def arrivals(

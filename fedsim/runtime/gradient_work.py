@@ -20,6 +20,7 @@ from torch import nn
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput, gram
 from fedsim.runtime.curvature import hessian_top_eigenvalue
 from fedsim.runtime.training import gradient_client, seed_torch
+from fedsim.streams import CURVATURE_KIND, STACKED_GRADIENT_KIND
 
 
 class ClientWorker(Protocol):
@@ -124,7 +125,10 @@ def stacked_gradients(
                 losses[j] = value
             continue
         (j,) = entries
-        seed_torch(task_seed(worker.spec.seed, round_idx, task.client, 4, row, j), worker.device)
+        seed_torch(
+            task_seed(worker.spec.seed, round_idx, task.client, STACKED_GRADIENT_KIND, row, j),
+            worker.device,
+        )
         grad = torch.zeros_like(worker.flat)
         losses[j] = gradient_client(
             worker.module,
@@ -153,8 +157,8 @@ def curvature(
 ) -> TaskOutput:
     """The top Hessian eigenvalue of the client's loss at the task's parameters."""
     worker.flat.copy_(broadcast["params"] if task.params is None else task.params)
-    samples = task_samples(worker, round_idx, task, 5)
-    seed = task_seed(worker.spec.seed, round_idx, task.client, 5, task.key)
+    samples = task_samples(worker, round_idx, task, CURVATURE_KIND)
+    seed = task_seed(worker.spec.seed, round_idx, task.client, CURVATURE_KIND, task.key)
     eigenvalue = hessian_top_eigenvalue(
         worker.module,
         worker.data,

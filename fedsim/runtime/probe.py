@@ -19,6 +19,7 @@ from fedsim.runtime.training import (
     seed_torch,
     train_client,
 )
+from fedsim.streams import PROBE_BATCHES_KIND, PROBE_TRAIN_KIND
 from lightning_modules.hooks import ClientTerms
 
 
@@ -57,7 +58,7 @@ class WorkerProbe:
         worker = self.worker
         samples = self.train_indices if indices is None else np.asarray(indices, np.int64)
         generator = torch.Generator().manual_seed(
-            probe_seed(worker.spec.seed, self.round_idx, self.client, 3, key)
+            probe_seed(worker.spec.seed, self.round_idx, self.client, PROBE_BATCHES_KIND, key)
         )
         size, out = worker.spec.batch_size, []
         for _ in range(epochs):
@@ -92,7 +93,7 @@ class WorkerProbe:
         if epochs < 1 or all(n in frozen_set for n, _ in module.named_parameters()):
             return params.detach().to("cpu", copy=True), 0.0
         worker.flat.copy_(params)
-        seed = probe_seed(worker.spec.seed, self.round_idx, self.client, 2, key)
+        seed = probe_seed(worker.spec.seed, self.round_idx, self.client, PROBE_TRAIN_KIND, key)
         seed_torch(seed, worker.device)
         with frozen_parameters(module, frozen):
             result = train_client(

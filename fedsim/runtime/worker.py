@@ -39,6 +39,7 @@ from fedsim.runtime.training import (
     seed_torch,
     train_client,
 )
+from fedsim.streams import GRADIENT_SUBSET_KIND
 from lightning_modules.base import FLModule
 from lightning_modules.flat_params import bind_flat_parameters
 from lightning_modules.registry import build_model
@@ -184,7 +185,9 @@ class ClientWorker:
         samples = self.data.clients[task.client].train if task.indices is None else task.indices
         samples = np.asarray(samples, dtype=np.int64)
         if task.num_samples is not None and task.num_samples < len(samples):
-            rng = np.random.default_rng([self.spec.seed, round_idx, task.client, 1, task.key])
+            rng = np.random.default_rng(
+                [self.spec.seed, round_idx, task.client, GRADIENT_SUBSET_KIND, task.key]
+            )
             samples = np.sort(rng.choice(samples, size=task.num_samples, replace=False))
         seed_torch(client_seed(self.spec.seed, round_idx, task.client), self.device)
         grad = torch.zeros_like(self.flat)
