@@ -5,7 +5,7 @@ seed, slots that vary (round, client, step...) and a fixed tag that keeps it apa
 others. Two streams draw the same numbers when their lists can be equal, and numpy pads a
 list of up to four words with zeros (``[s, 21] == [s, 21, 0]``), so a tag alone does not
 separate them: ``tests/test_streams.py`` unifies every pair of layouts and fails on any
-overlap not listed in ``OVERLAPS`` with the reason it cannot meet in one run.
+overlap not listed in ``OVERLAPS``, each with when (if ever) it can meet in one run.
 
 The tags are the numbers every run since the first has drawn with; changing one changes
 results (``benchmarks/fingerprint.py``). A new stream takes a new tag here, and its owner
@@ -111,7 +111,8 @@ STREAMS = _streams(
      ("seed", "round", "step", "target", "peer", SPCACW_PEER_BATCH_TAG)),
 )  # fmt: skip
 
-# Pairs of one kind whose lists can be equal, and why they never draw together in one run.
+# Pairs of one kind whose lists can be equal, and why they do not draw together in one run
+# (IFCA's: only with one of IFCA's K-1 seeds in the millions; kept so results do not change).
 OVERLAPS: dict[frozenset[str], str] = {
     frozenset({"cohort", "dispatch"}): "cohort sampling runs in synchronous rounds only, "
     "dispatch in buffered rounds only (and only at round 2652, step 7)",
