@@ -44,7 +44,8 @@ RUNS: dict[str, list[str]] = {
     "ifca": ["algorithm.name=ifca"],
     "fc": ["algorithm.name=fc"],
     "oracle": ["algorithm.name=oracle", "data.partition.name=relabel", "data.partition.alpha=0.1"],
-    "spcacw": ["algorithm.name=spcacw", "algorithm.targets=[0,3]", "algorithm.participation=0.7"],
+    "spcacw": ["algorithm.name=spcacw", "algorithm.targets=[0,3]", "algorithm.participation=0.7",
+               "join_ratio=1"],  # peers join a step by participation, never by join_ratio
     "async": ["asynchronous.enabled=true", "asynchronous.speeds=lognormal:0,0.5"],
     "dp-local": ["privacy.mode=local", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
     "dp-central": ["privacy.mode=central", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
