@@ -9,7 +9,7 @@ inside a test).
 
 Under ``pytest -n 2`` (pytest-xdist, ``--dist loadgroup``), the tests of a module that
 share work computed once per module (a module-scoped fixture, a ``functools.cache``d run)
-go to one worker (``share_module_work``): split across workers, each would compute it."""
+go to one worker (``shares_module_work``): split across workers, each would compute it."""
 
 from __future__ import annotations
 
