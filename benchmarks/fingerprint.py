@@ -64,6 +64,20 @@ RUNS: dict[str, list[str]] = {
     "perfedavg": ["algorithm.name=perfedavg"],
     "moon": ["algorithm.name=moon"],
     "fednova": ["algorithm.name=fednova", "client.epochs_by_client=[1,2]"],
+    # every upload stage and server rule on its own and together (issue 35's pipeline)
+    "krum-filter": ["aggregation.rule=multikrum", "aggregation.krum_f=0",
+                    "aggregation.anomaly_cosine=0.0"],
+    "trimmed": ["aggregation.rule=trimmed_mean", "aggregation.trim=0.25", "join_ratio=1"],
+    "dp-adaptive": ["privacy.mode=local", "privacy.clip_norm=1.0", "privacy.adaptive=true",
+                    "privacy.noise_multiplier=0.1"],
+    "dp-sigma": ["privacy.mode=fixed_sigma", "privacy.clip_norm=1.0", "privacy.sigma=0.01"],
+    "topk-ef": ["compression.kind=topk", "compression.fraction=0.1",
+                "compression.error_feedback=true", "rounds=3"],
+    "label-flip": ["attack.kind=label_flip", "attack.fraction=0.3"],
+    "async-dp": ["asynchronous.enabled=true", "privacy.mode=central", "privacy.clip_norm=1.0",
+                 "privacy.noise_multiplier=0.1", "attack.kind=gaussian", "attack.fraction=0.3"],
+    "fedper-topk": ["algorithm.name=fedper", "compression.kind=threshold",
+                    "compression.threshold=0.01", "aggregation.rule=median", "rounds=3"],
 }
 
 BASE = [
