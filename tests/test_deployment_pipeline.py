@@ -14,59 +14,58 @@ from helpers import refused_check, untimed
 from fedsim.algorithms.base import ModelUpload
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
-from fedsim.deployment.client_stages import (
-    ClientUpload,
-    UploadSettings,
-    run_client_stages,
-    upload_nbytes,
-)
+from fedsim.deployment.client_stages import UploadJob, run_client_steps, upload_nbytes
+from fedsim.deployment.stages.attack import CorruptDelta
+from fedsim.deployment.stages.clip import ClipDelta
+from fedsim.deployment.stages.compress import Compress, CompressStage
+from fedsim.deployment.stages.noise import LocalNoise
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.training import train_client
 from fedsim.simulation import Simulation, build_data, cached_dataset
 
-SETTINGS = UploadSettings(seed=0)
 
-
-def stages(job: ClientUpload, start, trained, ranges=None):
-    return run_client_stages(job, ModelUpload(ranges=ranges), start, trained, 0, 0)
+def stages(steps, start, trained, ranges=None):
+    job = UploadJob(seed=0, model=ModelUpload(ranges=ranges), steps=tuple(steps))
+    return run_client_steps(job, start, trained, 0, 0)
 
 
 def test_clipping_acts_on_the_uploaded_delta_only():
     start = torch.tensor([1.0, 1.0, 5.0, 5.0])
     trained = torch.tensor([4.0, 5.0, 7.0, 9.0])  # delta of the upload (0..2): (3, 4), norm 5
-    job = ClientUpload(SETTINGS, clip_norm=1.0)
-    out, report = stages(job, start, trained, ranges=[(0, 2)])
+    out, report = stages([ClipDelta(1.0)], start, trained, ranges=[(0, 2)])
     assert out.tolist() == pytest.approx([1.6, 1.8, 7.0, 9.0])  # personal entries untouched
     assert report.norm == pytest.approx(5.0)
-    out, report = stages(ClientUpload(SETTINGS, clip_norm=10.0), start, trained, [(0, 2)])
+    out, report = stages([ClipDelta(10.0)], start, trained, [(0, 2)])
     assert torch.equal(out, trained) and report.norm == pytest.approx(5.0)
 
 
 def test_attack_then_clip_then_noise_in_that_order():
     start, trained = torch.zeros(4), torch.tensor([3.0, 4.0, 0.0, 0.0])
-    attack = dataclasses.replace(SETTINGS, attack_kind="sign_flip", attack_factor=4.0)
-    out, _ = stages(ClientUpload(attack, attacking=True, clip_norm=1.0), start, trained)
+    out, _ = stages([CorruptDelta("sign_flip", 4.0), ClipDelta(1.0)], start, trained)
     assert out.tolist() == pytest.approx([-0.6, -0.8, 0.0, 0.0])  # -4 delta, clipped to 1
-    noisy = dataclasses.replace(SETTINGS, local_noise="local", noise_multiplier=0.5)
     big_start, big = torch.zeros(40000), torch.zeros(40000)
-    out, _ = stages(ClientUpload(noisy, clip_norm=2.0), big_start, big)
+    out, _ = stages([ClipDelta(2.0), LocalNoise(0.5 * 2.0)], big_start, big)
     assert out.std().item() == pytest.approx(0.5 * 2.0, rel=0.03)  # z * C
-    fixed = dataclasses.replace(SETTINGS, local_noise="fixed_sigma", sigma=0.01)
-    out, _ = stages(ClientUpload(fixed), big_start, big, ranges=[(0, 20000)])
+    out, _ = stages([LocalNoise(0.01)], big_start, big, ranges=[(0, 20000)])
     assert out[:20000].std().item() == pytest.approx(0.01, rel=0.03)
     assert out[20000:].abs().sum().item() == 0.0  # FedPer: only the uploaded base is noised
 
 
 def test_topk_with_error_feedback_and_bytes_up():
-    settings = dataclasses.replace(SETTINGS, compression="topk", fraction=0.25, error_feedback=True)
+    stage = CompressStage(load_config(None, ["compression.kind=topk",
+                          "compression.fraction=0.25", "compression.error_feedback=true"]
+                          ).compression)  # fmt: skip
     start, trained = torch.zeros(8), torch.tensor([0.1, -5.0, 0.2, 3.0, 0.0, 0.0, 0.3, 0.0])
-    out, report = stages(ClientUpload(settings), start, trained)
+    out, report = stages([stage.client_step(0, 0)], start, trained)
     assert out.tolist() == pytest.approx([0, -5.0, 0, 3.0, 0, 0, 0, 0])
     assert report.residual.tolist() == pytest.approx([0.1, 0, 0.2, 0, 0, 0, 0.3, 0])
     assert report.sparse_nbytes == 2 * 4 + 2 * 4  # two int32 indices, two float32 values
     assert upload_nbytes(32 + 100, report) == 100 + 16  # dense model bytes replaced
-    # next round: the residual is added before compressing
-    again, later = stages(ClientUpload(settings, residual=report.residual), start, torch.zeros(8))
+    # next round: the stage hands the client its residual, added before compressing
+    stage.residuals[0] = report.residual
+    step = stage.client_step(0, 1)
+    assert isinstance(step, Compress) and torch.equal(step.residual, report.residual)
+    again, later = stages([step], start, torch.zeros(8))
     assert again.tolist() == pytest.approx([0, 0, 0.2, 0, 0, 0, 0.3, 0])
     assert later.residual.tolist() == pytest.approx([0.1, 0, 0, 0, 0, 0, 0, 0])
 
@@ -147,7 +146,7 @@ def test_ray_pool_equals_local_executor_with_a_robust_rule(ray_cluster):
     sim, ray_run = run(*options, executor=pool)
     assert untimed(ray_run.history) == untimed(local.history)
     assert torch.equal(ray_run.state["params"], local.state["params"])
-    assert sim.deployment.residuals  # error feedback kept a residual per client
+    assert sim.deployment.stage(CompressStage).residuals  # error feedback: one per client
     assert "anomaly_dropped" in local.history[0]
 
 

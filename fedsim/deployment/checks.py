@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedsim.deployment.decision import checked_uploads
 from fedsim.errors import ConfigError
 
 
@@ -26,15 +27,16 @@ def non_default_options(cfg: Any) -> list[tuple[str, Any]]:
 
 
 def check_deployment(
-    cfg: Any, algorithm: Any, cohort_size: int, cohort_source: str = "join_ratio"
+    cfg: Any, algorithm: Any, cohort_size: int, cohort_source: str, num_clients: int
 ) -> None:
-    """ConfigError unless the options make sense together and for ``algorithm``."""
+    """ConfigError unless the options make sense together and for ``algorithm`` (what every
+    client uploads is read from ``decide_upload``, as the tasks will carry it)."""
     name = cfg.algorithm.name
     p, a = cfg.privacy, cfg.aggregation
     options = non_default_options(cfg)
     if options:
-        upload = algorithm.model_upload(algorithm.client_info(0, 0))
-        if upload is None:
+        uploads = list(checked_uploads(algorithm, num_clients, cfg.rounds))
+        if any(upload is None for upload in uploads):
             key, value = options[0]
             raise ConfigError(
                 key,
@@ -47,7 +49,7 @@ def check_deployment(
             ("privacy.mode", p.mode, p.mode == "central"),
         ]
         for key, value, on in needs_mean:
-            if on and not upload.sums:
+            if on and not all(upload.sums for upload in uploads if upload is not None):
                 raise ConfigError(
                     key,
                     value,

@@ -23,7 +23,8 @@ FedAsync's alpha in this delta form; else 1). An update whose client was away lo
 The clients of one buffer are trained when the buffer is aggregated, one ``run_round`` per
 model version they started from (their training depends only on that version and their own
 state, so when it runs does not change it); the worker moves each update onto x_r and scales
-it by d(s_i) (``ClientUpload.rebase``), so every algorithm averages what it always averages.
+it by d(s_i) (``Rebase``, in each task's ``UploadJob``), so every algorithm averages what it
+always averages.
 The server stages run per aggregation: a robust rule over the buffer, central noise once per
 server update. A checkpoint holds the schedule (clients in flight, the buffer, the clock)
 and the model versions still trained from, so a resumed run continues to the bit.
@@ -38,9 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Algorithm, ServerState, WeightedSum
-from fedsim.deployment.client_stages import ClientUpload
-from fedsim.deployment.driver import Deployment
+from fedsim.algorithms.base import Algorithm, ServerState
+from fedsim.deployment.driver import Deployment, Rebase
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, store_states
 from fedsim.rounds.schedule import Aggregation, AsyncSchedule
 from fedsim.rounds.staleness import VirtualClock, staleness_weights
@@ -149,9 +149,12 @@ class BufferedRounds(RoundKind):
         updates = zip(step.aggregation.updates, step.scales, strict=True)
         dropped = {u.client for u, scale in updates if scale == 0}
         kept = [c for c in step.trained if not c.failed and c.client not in dropped]
-        sums = self.deployment.combine(plan.round, [_client_sums(c) for c in kept], kept)
+        combined = self.deployment.combine(
+            plan.round, [w.sums for w in work.worker_results], kept
+        )  # every update came on its own (``Rebase``): the partial sums are empty
+        work.extras = {**combined.metrics, **work.extras}
         individual = {c.client: c.individual for c in kept if c.individual is not None}
-        state = self.algorithm.aggregate(state, sums, individual, plan.round)
+        state = self.algorithm.aggregate(state, combined.sums, individual, plan.round)
         self.schedule = step.schedule
         keep = self.schedule.pending_versions() | {plan.round + 1}
         self.versions = {
@@ -179,24 +182,12 @@ class BufferedRounds(RoundKind):
                 ClientTask(c, algorithm.client_payload(source, c), store.get(c), False, True)
                 for c in clients
             ]
-            deployment.prepare(version, tasks)
-            for task in tasks:
-                if task.upload is None:
-                    task.upload = ClientUpload(deployment.settings)
-                task.upload.individual = True  # the buffer, not the worker, decides the sums
-                task.upload.rebase, task.upload.delta_scale = rebase, scale_of[task.client]
+            deployment.prepare(version, tasks, Rebase(rebase, scale_of))
             broadcast = algorithm.broadcast(source)
             download += sum(algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks)
             worker_results += self.executor.run_round(version, broadcast, tasks)
         trained = sorted((c for w in worker_results for c in w.clients), key=lambda c: c.client)
         return worker_results, trained, download
-
-
-def _client_sums(result: ClientResult) -> dict[str, WeightedSum]:
-    out: dict[str, WeightedSum] = {}
-    for key, (weight, value) in (result.upload.sums or {}).items():
-        out.setdefault(key, WeightedSum()).add(weight, value)
-    return out
 
 
 def _async_summary(

@@ -21,6 +21,7 @@ import numpy as np
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ExperimentConfig
 from fedsim.config.sections import lr_scale
+from fedsim.deployment.decision import checked_uploads
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
@@ -106,8 +107,8 @@ def check_round_kind(
                 "only with asynchronous.enabled=true (a synchronous round waits for everyone)",
             )
         return
-    upload = algorithm.model_upload(algorithm.client_info(0, 0))
-    if upload is None:
+    uploads = list(checked_uploads(algorithm, num_clients, cfg.rounds))
+    if any(upload is None for upload in uploads):
         raise ConfigError(
             "asynchronous.enabled",
             True,
@@ -115,7 +116,7 @@ def check_round_kind(
             "model; "
             "docs/deployment.md lists the algorithms that do",
         )
-    if not upload.sums:
+    if not all(upload.sums for upload in uploads if upload is not None):
         raise ConfigError(
             "asynchronous.enabled",
             True,

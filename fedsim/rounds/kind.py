@@ -43,7 +43,8 @@ class RoundWork:
     cohort_label: str = "clients"  # how the divergence error names them ("10 clients")
     bytes_down: int = 0  # what the trained clients downloaded
     timing: dict[str, Any] = field(default_factory=dict)  # {"sim_time": t} on a virtual clock
-    extras: dict[str, Any] = field(default_factory=dict)  # summary keys of the kind itself
+    # summary keys of the kind itself; ``commit`` adds the server stages' (clip_norm, epsilon)
+    extras: dict[str, Any] = field(default_factory=dict)
     weights: dict[int, float] | None = None  # clients.csv ``weight`` (None: aggregate shares)
     pending: Any = None  # what ``commit`` applies (the kind's own)
 

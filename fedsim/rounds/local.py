@@ -59,8 +59,9 @@ class LocalRounds(RoundKind):
         store_states(work.results, store)
         if not plan.training:
             return state
-        sums = self.deployment.combine(
+        combined = self.deployment.combine(
             plan.round, [w.sums for w in work.worker_results], work.results
         )
+        work.extras = {**combined.metrics, **work.extras}
         individual = {c.client: c.individual for c in work.results if c.individual is not None}
-        return self.algorithm.aggregate(state, sums, individual, plan.round)
+        return self.algorithm.aggregate(state, combined.sums, individual, plan.round)

@@ -134,7 +134,6 @@ class RoundLoop:
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)
-            summary.update(self.deployment.round_summary())
             summary.update(work.extras)
         record = round_record(plan.round, summary, work.results, self.num_classes, work.weights)
         self.deployment.annotate(record)

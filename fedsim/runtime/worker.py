@@ -20,9 +20,9 @@ from fedsim.config.sections import lr_scale
 from fedsim.data.federated import FederatedData
 from fedsim.deployment.attacks import LabelFlipped
 from fedsim.deployment.client_stages import (
-    ClientUpload,
+    UploadJob,
     UploadReport,
-    run_client_stages,
+    run_client_steps,
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
@@ -90,7 +90,7 @@ class ClientTask:
     state: ClientState | None
     evaluate: bool
     train: bool
-    upload: ClientUpload | None = None  # the deployment options' client stages (None: off)
+    upload: UploadJob | None = None  # what the deployment options do to it (None: nothing)
 
 
 Task = ClientTask | GradientTask | CurvatureTask
@@ -282,10 +282,10 @@ class ClientWorker:
         uploaded = self._trained_params()
         if plan.frozen:  # float buffers (BatchNorm statistics) of the frozen part too
             keep_frozen(uploaded, plan.train_params, self.layout, plan.frozen)
-        upload = None if task.upload is None else self.algorithm.model_upload(info)
-        if task.upload is not None and upload is not None:
-            uploaded, out.upload = run_client_stages(
-                task.upload, upload, plan.train_params, uploaded, round_idx, client
+        job = task.upload
+        if job is not None and job.model is not None:
+            uploaded, out.upload = run_client_steps(
+                job, plan.train_params, uploaded, round_idx, client
             )
         update = self.algorithm.client_finish(plan, uploaded, task.state, info)
         # what labelled extra passes recorded (Ditto's personal pass), beside the main pass's
@@ -296,8 +296,9 @@ class ClientWorker:
             if not math.isfinite(update.train_loss):
                 out.failed = True  # as a non-finite main pass: left out, state unchanged
                 return out
-        if out.upload is not None and task.upload is not None and task.upload.individual:
-            out.upload.sums, sums = dict(update.sums), {}  # the server needs it on its own
+        if job is not None and job.individual:  # its sums go to the driver on their own
+            out.upload = out.upload or UploadReport()
+            out.upload.sums, sums = dict(update.sums), {}
         began = time.perf_counter()
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)

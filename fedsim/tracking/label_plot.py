@@ -67,4 +67,3 @@ def draw_label_distribution(plt: Any, counts: np.ndarray, label: str) -> Any:
 def plot_label_distribution(plt: Any, partition: dict[str, Any], label: str) -> Any:
     """``draw_label_distribution`` on partition.json's training class counts."""
     return draw_label_distribution(plt, train_class_counts(partition), label)
-

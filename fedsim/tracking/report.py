@@ -195,8 +195,10 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
             plot_client_distribution(run, plots / CLIENT_DISTRIBUTION),
             plot_final_vs(run, plots / VS_CLASSES, "classes"),
             plot_final_vs(run, plots / VS_SAMPLES, "samples"),
-            _save(plot_label_distribution(_pyplot(), run.partition, run.label),
-                  plots / LABEL_DISTRIBUTION),  # fmt: skip
+            _save(
+                plot_label_distribution(_pyplot(), run.partition, run.label),
+                plots / LABEL_DISTRIBUTION,
+            ),  # fmt: skip
         ]
         if any("sim_time" in m for m in run.metrics):
             written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
