@@ -44,8 +44,12 @@ RUNS: dict[str, list[str]] = {
     "ifca": ["algorithm.name=ifca"],
     "fc": ["algorithm.name=fc"],
     "oracle": ["algorithm.name=oracle", "data.partition.name=relabel", "data.partition.alpha=0.1"],
-    "spcacw": ["algorithm.name=spcacw", "algorithm.targets=[0,3]", "algorithm.participation=0.7",
-               "join_ratio=1"],  # peers join a step by participation, never by join_ratio
+    "spcacw": [
+        "algorithm.name=spcacw",
+        "algorithm.targets=[0,3]",
+        "algorithm.participation=0.7",
+        "join_ratio=1",
+    ],  # peers join a step by participation, never by join_ratio
     "async": ["asynchronous.enabled=true", "asynchronous.speeds=lognormal:0,0.5"],
     "dp-local": ["privacy.mode=local", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
     "dp-central": ["privacy.mode=central", "privacy.clip_norm=1.0", "privacy.noise_multiplier=0.1"],
@@ -65,19 +69,41 @@ RUNS: dict[str, list[str]] = {
     "moon": ["algorithm.name=moon"],
     "fednova": ["algorithm.name=fednova", "client.epochs_by_client=[1,2]"],
     # every upload stage and server rule on its own and together (issue 35's pipeline)
-    "krum-filter": ["aggregation.rule=multikrum", "aggregation.krum_f=0",
-                    "aggregation.anomaly_cosine=0.0"],
+    "krum-filter": [
+        "aggregation.rule=multikrum",
+        "aggregation.krum_f=0",
+        "aggregation.anomaly_cosine=0.0",
+    ],
     "trimmed": ["aggregation.rule=trimmed_mean", "aggregation.trim=0.25", "join_ratio=1"],
-    "dp-adaptive": ["privacy.mode=local", "privacy.clip_norm=1.0", "privacy.adaptive=true",
-                    "privacy.noise_multiplier=0.1"],
+    "dp-adaptive": [
+        "privacy.mode=local",
+        "privacy.clip_norm=1.0",
+        "privacy.adaptive=true",
+        "privacy.noise_multiplier=0.1",
+    ],
     "dp-sigma": ["privacy.mode=fixed_sigma", "privacy.clip_norm=1.0", "privacy.sigma=0.01"],
-    "topk-ef": ["compression.kind=topk", "compression.fraction=0.1",
-                "compression.error_feedback=true", "rounds=3"],
+    "topk-ef": [
+        "compression.kind=topk",
+        "compression.fraction=0.1",
+        "compression.error_feedback=true",
+        "rounds=3",
+    ],
     "label-flip": ["attack.kind=label_flip", "attack.fraction=0.3"],
-    "async-dp": ["asynchronous.enabled=true", "privacy.mode=central", "privacy.clip_norm=1.0",
-                 "privacy.noise_multiplier=0.1", "attack.kind=gaussian", "attack.fraction=0.3"],
-    "fedper-topk": ["algorithm.name=fedper", "compression.kind=threshold",
-                    "compression.threshold=0.01", "aggregation.rule=median", "rounds=3"],
+    "async-dp": [
+        "asynchronous.enabled=true",
+        "privacy.mode=central",
+        "privacy.clip_norm=1.0",
+        "privacy.noise_multiplier=0.1",
+        "attack.kind=gaussian",
+        "attack.fraction=0.3",
+    ],
+    "fedper-topk": [
+        "algorithm.name=fedper",
+        "compression.kind=threshold",
+        "compression.threshold=0.01",
+        "aggregation.rule=median",
+        "rounds=3",
+    ],
 }
 
 BASE = [

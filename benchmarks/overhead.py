@@ -277,10 +277,12 @@ def _process_share(job: tuple[list[int], np.ndarray, int]) -> tuple[np.ndarray, 
 
 def client_shares(data: FederatedData, cfg: ExperimentConfig, workers: int) -> list[list[int]]:
     """The split fedsim's Ray executor makes (same costs, largest first)."""
+    from fedsim.run_plan import LocalEpochs
     from fedsim.runtime.task_cost import task_cost
 
     tasks = [ClientTask(c, {}, None, evaluate=True, train=True) for c in range(data.num_clients)]
-    costs = [task_cost(t, data.train_sizes(), data.test_sizes(), cfg.client.epochs) for t in tasks]
+    epochs = LocalEpochs.from_config(cfg)
+    costs = [task_cost(t, data.train_sizes(), data.test_sizes(), epochs) for t in tasks]
     return assign_balanced(costs, workers)
 
 

@@ -26,24 +26,19 @@ from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
-from fedsim.rounds.compose import (
-    build_round_kind,
-    check_round_kind,
-    cohort_source,
-    round_kind_name,
-    server_cohort,
-)
+from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
+from fedsim.run_plan import LocalEpochs, OptimizerSettings, resolve_run_plan
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
-from fedsim.runtime.model_fit import fit_model, sample_batch
+from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.worker import WorkerSpec
 from fedsim.streams import COHORT_TAG
 from fedsim.tracking.base import Sink
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
-from lightning_modules.registry import build_model, model_class, owns_optimizers
+from lightning_modules.registry import model_class, owns_optimizers
 
 __all__ = ["RunResult", "Simulation", "build_data", "cached_dataset"]
 
@@ -99,9 +94,8 @@ def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
     client's SGD settings for a model that takes them (not one with its own
     ``configure_optimizers``: it owns its optimizer), and ``model.hidden`` when set."""
     hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
-    c = cfg.client
     own = owns_optimizers(model_class(cfg.model.name))
-    optimizer = {} if own else {"lr": c.lr, "momentum": c.momentum, "weight_decay": c.weight_decay}
+    optimizer = OptimizerSettings.from_config(cfg).constructor_kwargs(own)
     return {
         **data.dataset.model_kwargs(),  # images: in_channels, image_size; text: vocab_size, seq_len
         **optimizer,
@@ -116,8 +110,8 @@ def federation_info(
     the defaults, one epoch each, batch 10)."""
     blocks = block_parameters(module)
     sizes = data.train_sizes()
-    epochs, batch_size = (1, 10) if cfg is None else (cfg.client.epochs, cfg.client.batch_size)
-    cycle = None if cfg is None else cfg.client.epochs_by_client
+    epochs = LocalEpochs() if cfg is None else LocalEpochs.from_config(cfg)
+    batch_size = 10 if cfg is None else cfg.client.batch_size
     return FederationInfo(
         layout=ParamLayout.from_module(module),
         num_clients=data.num_clients,
@@ -130,9 +124,7 @@ def federation_info(
         client_train_indices=[c.train for c in data.clients],
         client_clusters=data.partition.get("client_clusters"),
         partition=str(data.partition.get("name", "")),
-        client_epochs=[
-            epochs if cycle is None else cycle[k % len(cycle)] for k in range(data.num_clients)
-        ],  # fmt: skip
+        client_epochs=epochs.all(data.num_clients),
         batch_size=batch_size,
         buffer_names=[n for n, b in module.named_buffers() if b.is_floating_point()],
         batchnorm_names=batchnorm_names(module),
@@ -167,7 +159,10 @@ class Simulation:
         self.cfg = cfg
         self.data = data if data is not None else build_data(cfg)
         torch.manual_seed(cfg.seed)
-        template = build_model(cfg.model.name, cfg.model.args, **model_kwargs(cfg, self.data))
+        template = build_client_model(
+            cfg.model.name, cfg.model.args, model_kwargs(cfg, self.data),
+            OptimizerSettings.from_config(cfg),
+        )  # fmt: skip
         sample = sample_batch(self.data)
         # one forward: the model fits the data (one line if not); lazy layers materialize
         fit_model(template, sample, self.data.num_classes, cfg.model.name)
@@ -184,18 +179,15 @@ class Simulation:
         self.data = self.algorithm.prepare_data(
             self.data, lambda name: cached_dataset(name, d.root, d.download), cfg.seed
         )
-        num_clients = self.data.num_clients
-        cohort_size = max(1, int(cfg.join_ratio * num_clients))
-        # how rounds train, chosen once: local | exchange | buffered (fedsim/rounds/compose.py)
+        # every per-round and per-client setting, resolved once (fedsim/run_plan.py); how
+        # rounds train, chosen once: local | exchange | buffered (fedsim/rounds/compose.py)
         kind = round_kind_name(cfg, self.algorithm)
-        check_round_kind(cfg, self.algorithm, kind, num_clients)
-        self.deployment = Deployment(
-            cfg, self.algorithm, num_clients, server_cohort(cfg, kind, cohort_size),
-            sampled=kind != "buffered", cohort_source=cohort_source(cfg, kind, num_clients),
-        )  # fmt: skip
+        check_round_kind(cfg, self.algorithm, kind, self.data.num_clients)
+        self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr)
+        self.deployment = Deployment(cfg, self.algorithm, self.plan)
         self.round_kind = build_round_kind(
-            cfg, self.algorithm, kind, self.deployment, self.data.train_sizes(), cohort_size,
-            self.sample_cohort, self.base_lr,
+            cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes(),
+            self.sample_cohort,
         )  # fmt: skip
         self.interrupted: Interruption | None = None
         c = cfg.client
@@ -204,25 +196,19 @@ class Simulation:
             model_kwargs=model_kwargs(cfg, self.data),
             model_args=dict(cfg.model.args),
             algorithm=self.algorithm,
-            epochs=cfg.client.epochs,
-            batch_size=cfg.client.batch_size,
-            eval_batch_size=cfg.client.eval_batch_size,
+            batch_size=c.batch_size,
+            eval_batch_size=c.eval_batch_size,
             seed=cfg.seed,
-            clip_grad_norm=cfg.client.clip_grad_norm,
-            epochs_by_client=None if c.epochs_by_client is None else tuple(c.epochs_by_client),
-            optimizer=c.optimizer or "sgd",
-            betas=(float(c.betas[0]), float(c.betas[1])),
-            nesterov=c.nesterov,
-            lr_schedule=c.lr_schedule,
-            lr_decay=c.lr_decay,
-            rounds=cfg.rounds,
+            epochs=self.plan.epochs,
+            lr=self.plan.lr,
+            optimizer=self.plan.optimizer,
+            clip_grad_norm=c.clip_grad_norm,
             bf16=c.precision == "bf16-mixed",
         )
 
     def sample_cohort(self, round_idx: int) -> list[int]:
         """``int(join_ratio * clients)`` clients (at least 1), seeded by (seed, round)."""
-        n = self.data.num_clients
-        size = max(1, int(self.cfg.join_ratio * n))
+        n, size = self.plan.num_clients, self.plan.cohort_size
         rng = np.random.default_rng([self.cfg.seed, round_idx, COHORT_TAG])
         return sorted(rng.choice(n, size=size, replace=False).tolist())
 
@@ -242,7 +228,7 @@ class Simulation:
         num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
         loop = RoundLoop(
             self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
-            self.sample_cohort, self.base_lr,
+            self.sample_cohort, self.plan.lr,
         )  # fmt: skip
         self.loop = loop
         try:

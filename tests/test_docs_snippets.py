@@ -36,9 +36,7 @@ from fedsim.config import load_config
 # run whole, as a reader follows it, by tests/test_docs_tutorial.py
 EXECUTED_WHOLE = {"docs/tutorials/compare-personalization.md"}
 GENERATED = {"docs/reference/cli.md", "docs/reference/config-keys.md"}
-PAGES = [
-    p for p in docs_pages() if str(p.relative_to(REPO)) not in EXECUTED_WHOLE | GENERATED
-]
+PAGES = [p for p in docs_pages() if str(p.relative_to(REPO)) not in EXECUTED_WHOLE | GENERATED]
 MAKE_TARGETS = set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
 
 

@@ -255,8 +255,9 @@ CNN = {"in_channels": 1, "num_classes": 10, "image_size": 28}
 
 def test_validation_gradient_on_the_worker_matches_the_official_loop(data):
     spec = WorkerSpec(
-        "fedavg_cnn", CNN, FedVG(FedVG.Params(), _real_federation(data)), 1, 10, 500, 0
-    )
+        "fedavg_cnn", CNN, FedVG(FedVG.Params(), _real_federation(data)),
+        batch_size=10, eval_batch_size=500, seed=0,
+    )  # fmt: skip
     worker = ClientWorker(spec, data)
     torch.manual_seed(1)
     params = torch.randn(worker.layout.total) * 0.05

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedsim.data", "lightning_modules", "fedsim.storage"),
     ("fedsim.algorithm_params",),
     ("fedsim.config",),
-    ("fedsim.algorithms", "fedsim.run_folder"),
+    ("fedsim.algorithms", "fedsim.run_folder", "fedsim.run_plan"),
     ("fedsim.deployment",),
     ("fedsim.runtime", "fedsim.tracking"),
     ("fedsim.checkpoint_allowlist", "fedsim.checkpoint_digest"),

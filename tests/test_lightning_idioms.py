@@ -75,8 +75,10 @@ def test_a_model_that_does_not_fit_is_one_line_before_any_folder(tmp_path, capsy
         )  # fmt: skip
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert "Fixed14 does not fit the data: a batch of shape (2, 1, 28, 28) fails in layer " \
+        assert (
+            "Fixed14 does not fit the data: a batch of shape (2, 1, 28, 28) fails in layer "
             "body.1 (Linear): RuntimeError: mat1 and mat2 shapes cannot be multiplied" in err
+        )
         assert not out.exists()
 
 

@@ -145,8 +145,22 @@ def _full(u, new):
 
 PROTOCOL_BYTES = {  # (down, up) of one trained client; ``new``: its first round
     **dict.fromkeys(
-        ["fedavg", "fedavgm", "fedprox", "fedvg", "moon", "apfl",
-         "pfedme", "perfedavg", "ditto", "fedamp", "oracle", "fc", "feddyn"], _full
+        [
+            "fedavg",
+            "fedavgm",
+            "fedprox",
+            "fedvg",
+            "moon",
+            "apfl",
+            "pfedme",
+            "perfedavg",
+            "ditto",
+            "fedamp",
+            "oracle",
+            "fc",
+            "feddyn",
+        ],
+        _full,
     ),  # fmt: skip  (FedDyn: its drift is derived on the server; Oracle, FC: one cluster's model)
     "fednova": lambda u, new: (u.P, u.P + 4),  # + its normalizing step count (float32)
     "feddisco": lambda u, new: (u.P, u.P + 8 * u.classes),  # + its class counts (int64)

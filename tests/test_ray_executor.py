@@ -17,6 +17,7 @@ from ray import cloudpickle as ray_cloudpickle
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import RuntimeConfig, load_config
 from fedsim.errors import ConfigError
+from fedsim.run_plan import LocalEpochs
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.pool_plan import plan_pool
@@ -91,13 +92,17 @@ def test_pool_that_cannot_fit_is_a_config_error():
         plan_pool(RuntimeConfig(gpus_per_worker=2), cluster_cpus=2, cluster_gpus=1)
 
 
-def test_task_costs_follow_sample_counts():
-    train, test = np.array([100, 10]), np.array([30, 3])
-    big = task_cost(ClientTask(0, {}, None, evaluate=True, train=True), train, test, epochs=2)
-    small = task_cost(ClientTask(1, {}, None, evaluate=True, train=True), train, test, epochs=2)
+def test_task_costs_follow_sample_counts_and_each_clients_epochs():
+    train, test, two = np.array([100, 10]), np.array([30, 3]), LocalEpochs(2)
+    big = task_cost(ClientTask(0, {}, None, evaluate=True, train=True), train, test, two)
+    small = task_cost(ClientTask(1, {}, None, evaluate=True, train=True), train, test, two)
     assert big == 1 + 3 * 2 * 100 + 30 and small == 1 + 3 * 2 * 10 + 3
-    assert task_cost(ClientTask(0, {}, None, evaluate=True, train=False), train, test, 2) == 31
-    assert task_cost(GradientTask(0, num_samples=8), train, test, 2) == 1 + 3 * 8
+    assert task_cost(ClientTask(0, {}, None, evaluate=True, train=False), train, test, two) == 31
+    assert task_cost(GradientTask(0, num_samples=8), train, test, two) == 1 + 3 * 8
+    # client.epochs_by_client=[1,3]: client 1 trains three epochs, and costs that much
+    cycled = LocalEpochs(1, (1, 3))
+    task = ClientTask(1, {}, None, evaluate=False, train=True)
+    assert task_cost(task, train, test, cycled) == 1 + 3 * 3 * 10
 
 
 # ------------------------------------------------------------------ transport (no Ray)

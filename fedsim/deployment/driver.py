@@ -28,6 +28,7 @@ from fedsim.deployment.stages.clip import ClipStage
 from fedsim.deployment.stages.compress import CompressStage
 from fedsim.deployment.stages.noise import NoiseStage
 from fedsim.deployment.stages.robust import RobustStage
+from fedsim.run_plan import RunPlan
 
 
 @dataclass
@@ -50,26 +51,18 @@ class Combined:
 class Deployment:
     """The run's deployment options, checked at construction (one-line ConfigErrors).
 
-    ``cohort_size``: the updates the server combines at once (a round's cohort, an
-    asynchronous run's buffer). ``sampled``: whether each server update's clients are a
-    sample of the federation (synchronous rounds: central DP is accounted with sampling
-    amplification at rate cohort / clients); asynchronous arrivals are not, so their central
-    noise is accounted per participation of the most frequent client, without amplification.
+    From the run plan: the updates the server combines at once (a round's cohort, an
+    asynchronous run's buffer), and whether each server update's clients are a sample of
+    the federation (synchronous rounds: central DP is accounted with sampling amplification
+    at rate cohort / clients); asynchronous arrivals are not, so their central noise is
+    accounted per participation of the most frequent client, without amplification.
     """
 
-    def __init__(
-        self,
-        cfg: Any,
-        algorithm: Algorithm,
-        num_clients: int,
-        cohort_size: int,
-        *,
-        sampled: bool = True,
-        cohort_source: str = "join_ratio",
-    ):
-        check_deployment(cfg, algorithm, cohort_size, cohort_source, num_clients)
+    def __init__(self, cfg: Any, algorithm: Algorithm, plan: RunPlan):
+        check_deployment(cfg, algorithm, plan.server_cohort, plan.cohort_source, plan.num_clients)
         self.cfg, self.algorithm, self.seed = cfg, algorithm, cfg.seed
-        self.stages = build_stages(cfg, num_clients, cohort_size, sampled)
+        sampled = plan.kind != "buffered"
+        self.stages = build_stages(cfg, plan.num_clients, plan.server_cohort, sampled)
         self.attack = next((s for s in self.stages if isinstance(s, AttackStage)), None)
         self.individual = any(s.needs_individual for s in self.stages)
         self.need_delta = any(s.needs_delta for s in self.stages)

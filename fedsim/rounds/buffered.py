@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.deployment.driver import Deployment, Rebase
-from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, store_states
+from fedsim.rounds.dispatch import dispatch
+from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
 from fedsim.rounds.schedule import Aggregation, AsyncSchedule
 from fedsim.rounds.staleness import VirtualClock, staleness_weights
-from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult
+from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.storage import ClientStateStore
 
 
@@ -108,17 +108,14 @@ class BufferedRounds(RoundKind):
         return {"schedule": self.schedule.state_dict(), "versions": dict(self.versions)}
 
     def work(self, plan: RoundPlan, state: ServerState, store: ClientStateStore) -> RoundWork:
-        algorithm = self.algorithm
         worker_results: list[WorkerResult] = []
         if plan.evaluated:
-            tasks = [
-                ClientTask(c, algorithm.client_payload(state, c), store.get(c), True, False)
-                for c in sorted(plan.evaluated)
-            ]
-            worker_results += self.executor.run_round(plan.round, algorithm.broadcast(state), tasks)
-        evaluations = [c for w in worker_results for c in w.clients]
+            worker_results = dispatch(
+                self.executor, self.algorithm, plan.round, state, store, evaluate=plan.evaluated
+            ).worker_results
+        evaluations = sorted_results(worker_results)
         work = RoundWork(
-            results=sorted(evaluations, key=lambda c: c.client),
+            results=evaluations,
             worker_results=worker_results,
             cohort_label="buffered clients",
             timing={"sim_time": self.schedule.time},
@@ -170,23 +167,19 @@ class BufferedRounds(RoundKind):
         store: ClientStateStore,
     ) -> tuple[list[WorkerResult], list[ClientResult], int]:
         """Train the buffer's clients, one ``run_round`` per model version they started from."""
-        algorithm, deployment = self.algorithm, self.deployment
         scale_of = {u.client: float(s) for u, s in zip(aggregation.updates, scales, strict=True)}
-        rebase: torch.Tensor = current["params"]
+        rebase = Rebase(current["params"], scale_of)
         worker_results: list[WorkerResult] = []
         download = 0
         for version in sorted({u.version for u in aggregation.updates}):
-            source = self.versions[version]
-            clients = sorted(u.client for u in aggregation.updates if u.version == version)
-            tasks = [
-                ClientTask(c, algorithm.client_payload(source, c), store.get(c), False, True)
-                for c in clients
-            ]
-            deployment.prepare(version, tasks, Rebase(rebase, scale_of))
-            broadcast = algorithm.broadcast(source)
-            download += sum(algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks)
-            worker_results += self.executor.run_round(version, broadcast, tasks)
-        trained = sorted((c for w in worker_results for c in w.clients), key=lambda c: c.client)
+            done = dispatch(
+                self.executor, self.algorithm, version, self.versions[version], store,
+                train=[u.client for u in aggregation.updates if u.version == version],
+                prepare=lambda tasks, v=version: self.deployment.prepare(v, tasks, rebase),
+            )  # fmt: skip
+            worker_results += done.worker_results
+            download += done.bytes_down
+        trained = sorted_results(worker_results)
         return worker_results, trained, download
 
 

@@ -20,7 +20,6 @@ import numpy as np
 
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ExperimentConfig
-from fedsim.config.sections import lr_scale
 from fedsim.deployment.decision import checked_uploads
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
@@ -30,6 +29,7 @@ from fedsim.rounds.kind import RoundKind
 from fedsim.rounds.local import LocalRounds
 from fedsim.rounds.schedule import SyncTimeline, client_work
 from fedsim.rounds.staleness import VirtualClock, default_max_staleness
+from fedsim.run_plan import LocalEpochs, RunPlan
 from fedsim.streams import SPEED_TAG
 
 KINDS = ("local", "exchange", "buffered")
@@ -40,27 +40,6 @@ def round_kind_name(cfg: ExperimentConfig, algorithm: Algorithm) -> str:
     if algorithm.trains_by_exchange:
         return "exchange"
     return "buffered" if cfg.asynchronous.enabled else "local"
-
-
-def default_buffer_size(concurrency: int) -> int:
-    """K when ``asynchronous.buffer_size`` is null: half the clients in flight (at least 1)."""
-    return max(1, concurrency // 2)
-
-
-def server_cohort(cfg: ExperimentConfig, kind: str, cohort: int) -> int:
-    """Updates the server combines at once: the round's cohort, or an async run's buffer K."""
-    if kind != "buffered":
-        return cohort
-    a = cfg.asynchronous
-    return a.buffer_size or default_buffer_size(a.concurrency or cohort)
-
-
-def cohort_source(cfg: ExperimentConfig, kind: str, num_clients: int) -> str:
-    """The keys that set how many updates the server combines at once (for messages)."""
-    if kind == "buffered":
-        given = "" if cfg.asynchronous.buffer_size else " (default: half the clients in flight)"
-        return f"asynchronous.enabled=true: a buffer of asynchronous.buffer_size{given}"
-    return f"join_ratio={cfg.join_ratio} x data.num_clients={num_clients}"
 
 
 def check_round_kind(
@@ -156,13 +135,17 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
             )  # fmt: skip
 
 
-def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[VirtualClock, Any]:
-    """The clients' seeded speeds and each client's round duration in virtual time."""
+def virtual_clock(
+    cfg: ExperimentConfig, train_sizes: np.ndarray, epochs: LocalEpochs
+) -> tuple[VirtualClock, Any]:
+    """The clients' seeded speeds and each client's round duration in virtual time (its
+    samples times its own local epochs)."""
     a, n = cfg.asynchronous, len(train_sizes)
     clock = VirtualClock.from_spec(
         a.speeds or "constant", n, seed=(cfg.seed, SPEED_TAG), dropout=a.dropout
     )
-    durations = clock.durations(range(n), client_work(train_sizes, cfg.client.epochs))
+    work = client_work(train_sizes, np.asarray(epochs.all(n), dtype=np.int64))
+    durations = clock.durations(range(n), work)
     if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
         raise ConfigError(
             "asynchronous.speeds",
@@ -172,16 +155,17 @@ def virtual_clock(cfg: ExperimentConfig, train_sizes: np.ndarray) -> tuple[Virtu
     return clock, durations
 
 
-def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, cohort: int) -> AsyncPlan:
-    """The run's asynchronous settings resolved (speeds drawn, K, C, the stale threshold)."""
+def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, plan: RunPlan) -> AsyncPlan:
+    """The run's asynchronous settings resolved (speeds drawn, the stale threshold; K and C
+    from the run plan)."""
     a = cfg.asynchronous
-    clock, durations = virtual_clock(cfg, train_sizes)
-    concurrency = a.concurrency or cohort
+    clock, durations = virtual_clock(cfg, train_sizes, plan.epochs)
+    assert plan.concurrency is not None
     return AsyncPlan(
         clock=clock,
         durations=durations,
-        concurrency=concurrency,
-        buffer_size=a.buffer_size or default_buffer_size(concurrency),
+        concurrency=plan.concurrency,
+        buffer_size=plan.server_cohort,
         max_staleness=a.max_staleness or default_max_staleness(durations),
         stale_policy=a.stale,
         discount=a.staleness_discount,
@@ -193,26 +177,17 @@ def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, cohort: int) -> A
 def build_round_kind(
     cfg: ExperimentConfig,
     algorithm: Algorithm,
-    kind: str,
+    plan: RunPlan,
     deployment: Deployment,
     train_sizes: np.ndarray,
-    cohort: int,
     sample_cohort: Callable[[int], list[int]],
-    base_lr: float | None = None,
 ) -> RoundKind:
-    """The round kind ``kind`` for this run (checked by ``check_round_kind`` first);
-    ``base_lr``: the clients' learning rate before the schedule (None: ``client.lr``)."""
-    if kind == "exchange":
-        c = cfg.client
-        base = c.lr if base_lr is None else base_lr
-
-        def lr(round_idx: int) -> float:
-            return base * lr_scale(c.lr_schedule, c.lr_decay, cfg.rounds, round_idx)
-
-        return ExchangeRounds(algorithm, cfg.seed, lr, c.batch_size)
-    if kind == "buffered":
-        return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, cohort))
+    """The round kind ``plan.kind`` for this run (checked by ``check_round_kind`` first)."""
+    if plan.kind == "exchange":
+        return ExchangeRounds(algorithm, cfg.seed, plan.lr.at, cfg.client.batch_size)
+    if plan.kind == "buffered":
+        return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, plan))
     timeline = None
     if cfg.asynchronous.speeds is not None:  # a synchronous run on the virtual clock
-        timeline = SyncTimeline(virtual_clock(cfg, train_sizes)[1], sample_cohort)
+        timeline = SyncTimeline(virtual_clock(cfg, train_sizes, plan.epochs)[1], sample_cohort)
     return LocalRounds(algorithm, deployment, timeline)

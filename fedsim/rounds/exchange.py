@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedsim.algorithms.base import Algorithm, ExchangeRound, ServerState
-from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
-from fedsim.runtime.worker import ClientTask
+from fedsim.rounds.dispatch import dispatch
+from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, store_states
 from fedsim.storage import ClientStateStore
 
 
@@ -39,15 +39,12 @@ class ExchangeRounds(RoundKind):
         )
 
     def work(self, plan: RoundPlan, state: ServerState, store: ClientStateStore) -> RoundWork:
-        algorithm = self.algorithm
-        tasks = [
-            ClientTask(c, algorithm.client_payload(state, c), store.get(c), True, False)
-            for c in sorted(plan.evaluated)
-        ]
-        worker_results = self.executor.run_round(plan.round, algorithm.broadcast(state), tasks)
-        work = RoundWork(results=sorted_results(worker_results), worker_results=worker_results)
+        done = dispatch(
+            self.executor, self.algorithm, plan.round, state, store, evaluate=plan.evaluated
+        )
+        work = RoundWork(results=done.results, worker_results=done.worker_results)
         if plan.training:  # many gradient exchanges, after the round's evaluation
-            trained, report = algorithm.train_round(state, self.context(plan.round))
+            trained, report = self.algorithm.train_round(state, self.context(plan.round))
             work.pending, work.extras, work.weights = trained, report.summary, report.client_weights
         return work
 

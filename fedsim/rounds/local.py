@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.deployment.driver import Deployment
-from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
+from fedsim.rounds.dispatch import dispatch
+from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, store_states
 from fedsim.rounds.schedule import SyncTimeline
-from fedsim.runtime.worker import ClientTask
 from fedsim.storage import ClientStateStore
 
 
@@ -25,31 +25,19 @@ class LocalRounds(RoundKind):
         self.algorithm, self.deployment, self.timeline = algorithm, deployment, timeline
 
     def work(self, plan: RoundPlan, state: ServerState, store: ClientStateStore) -> RoundWork:
-        algorithm = self.algorithm
         cohort = plan.cohort if plan.training else frozenset()
-        broadcast = algorithm.broadcast(state)
-        tasks = [
-            ClientTask(
-                client=c,
-                payload=algorithm.client_payload(state, c),
-                state=store.get(c),
-                evaluate=c in plan.evaluated,
-                train=c in cohort,
-            )
-            for c in sorted(plan.evaluated | cohort)
-        ]
-        self.deployment.prepare(plan.round, tasks)
-        download = sum(
-            algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
-        )
-        worker_results = self.executor.run_round(plan.round, broadcast, tasks)
+        done = dispatch(
+            self.executor, self.algorithm, plan.round, state, store,
+            evaluate=plan.evaluated, train=cohort,
+            prepare=lambda tasks: self.deployment.prepare(plan.round, tasks),
+        )  # fmt: skip
         timing = {} if self.timeline is None else {"sim_time": self.timeline.time_at(plan.round)}
         return RoundWork(
-            results=sorted_results(worker_results),
-            worker_results=worker_results,
+            results=done.results,
+            worker_results=done.worker_results,
             cohort=set(cohort),
             cohort_label=f"{len(cohort)} clients",
-            bytes_down=download,
+            bytes_down=done.bytes_down,
             timing=timing,
         )
 

@@ -27,7 +27,6 @@ import torch
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from fedsim.config import ExperimentConfig
-from fedsim.config.sections import lr_scale
 from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.errors import ClientFailureError, error_line, show_value
 from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
@@ -35,6 +34,7 @@ from fedsim.metrics import best_and_final
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
 from fedsim.rounds.result import RunResult
+from fedsim.run_plan import LearningRate
 from fedsim.runtime.executor import Executor
 from fedsim.storage import ClientStateStore
 from fedsim.tracking.base import RoundRecord, Sink
@@ -51,12 +51,12 @@ class RoundLoop:
         deployment: Deployment,
         num_classes: np.ndarray,
         sample_cohort: Callable[[int], list[int]],
-        base_lr: float | None = None,
+        lr: LearningRate | None = None,
     ):
-        """``base_lr``: the learning rate clients start each round from before
-        ``client.lr_schedule`` (None: ``client.lr``; a module's own optimizer sets its own)."""
+        """``lr``: the run plan's learning rate of each round (None: ``client.lr`` with its
+        schedule; a module's own optimizer sets its own base)."""
         self.cfg, self.algorithm, self.kind, self.deployment = cfg, algorithm, kind, deployment
-        self.base_lr = cfg.client.lr if base_lr is None else base_lr
+        self.lr = LearningRate.from_config(cfg) if lr is None else lr
         self.num_classes = num_classes  # classes each client holds (clients.csv)
         self.sample_cohort = sample_cohort
         self.num_clients = len(num_classes)
@@ -127,10 +127,8 @@ class RoundLoop:
         summary.update(work.timing)
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
-        c = self.cfg.client
-        if plan.training and c.lr_schedule != "constant":  # the lr every client used
-            scale = lr_scale(c.lr_schedule, c.lr_decay, self.cfg.rounds, plan.round)
-            summary["lr"] = self.base_lr * scale
+        if plan.training and self.lr.scheduled:  # the lr every client used
+            summary["lr"] = self.lr.at(plan.round)
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from fedsim.gradient_tasks import GradientTask
-from fedsim.runtime.lightning_steps import resolve_optimizers
 from fedsim.runtime.training import (
     EvalResult,
     all_finite,
@@ -68,12 +67,9 @@ class WorkerProbe:
 
     @property
     def lr(self) -> float:
-        """The lr of the module's optimizer (its first parameter group) times this round's
-        ``client.lr_schedule`` factor: what the worker's main pass steps with."""
-        worker = self.worker
-        optimizer, _ = resolve_optimizers(worker.module)
-        group = optimizer.param_groups[0]
-        return float(group.get("initial_lr", group["lr"])) * worker.spec.lr_scale(self.round_idx)
+        """This round's lr from the run plan (the module's optimizer's first parameter group,
+        times ``client.lr_schedule``'s factor): what the worker's main pass steps with."""
+        return self.worker.spec.lr.at(self.round_idx)
 
     def train(
         self,
@@ -106,7 +102,7 @@ class WorkerProbe:
                 device=worker.device,
                 terms=terms,
                 clip_grad_norm=worker.spec.clip_grad_norm,
-                lr_scale=worker.spec.lr_scale(self.round_idx),
+                lr_scale=worker.spec.lr.scale(self.round_idx),
                 bf16=worker.spec.bf16,
             )
         if label:  # the pass's own metrics, beside the main pass's: train/<label>/...

@@ -15,8 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Algorithm, ClientInfo, ClientState, WeightedSum
-from fedsim.config.sections import lr_scale
+from fedsim.algorithms.base import (
+    Algorithm,
+    ClientInfo,
+    ClientPlan,
+    ClientState,
+    ClientUpdate,
+    WeightedSum,
+)
 from fedsim.data.federated import FederatedData
 from fedsim.deployment.attacks import LabelFlipped
 from fedsim.deployment.client_stages import (
@@ -26,11 +32,13 @@ from fedsim.deployment.client_stages import (
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
+from fedsim.run_plan import LearningRate, LocalEpochs, OptimizerSettings
 from fedsim.runtime.gradient_work import curvature, stacked_gradients, vmappable
-from fedsim.runtime.model_fit import fit_model, sample_batch
+from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.probe import WorkerProbe
 from fedsim.runtime.training import (
     EvalResult,
+    TrainResult,
     all_finite,
     evaluate_client,
     frozen_parameters,
@@ -40,9 +48,7 @@ from fedsim.runtime.training import (
     train_client,
 )
 from fedsim.streams import GRADIENT_SUBSET_KIND
-from lightning_modules.base import FLModule
 from lightning_modules.flat_params import bind_flat_parameters
-from lightning_modules.registry import build_model
 
 
 def client_seed(seed: int, round_idx: int, client: int) -> int:
@@ -57,30 +63,17 @@ class WorkerSpec:
     model_name: str
     model_kwargs: dict[str, Any]  # what fedsim passes: the data's shapes, client.* for FLModule
     algorithm: Algorithm
-    epochs: int
     batch_size: int
     eval_batch_size: int
     seed: int
+    epochs: LocalEpochs = field(default_factory=LocalEpochs)  # each client's, from the plan
+    lr: LearningRate = field(default_factory=lambda: LearningRate(0.005))  # each round's
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     num_threads: int | None = None
     device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
     clip_grad_norm: float | None = None  # client.clip_grad_norm: every local step's gradient
-    epochs_by_client: tuple[int, ...] | None = None  # client.epochs_by_client (cycled)
-    optimizer: str = "sgd"  # client.optimizer (built-in models' configure_optimizers)
-    betas: tuple[float, float] = (0.9, 0.999)
-    nesterov: bool = False
-    lr_schedule: str = "constant"  # client.lr_schedule, its decay, and the run's rounds
-    lr_decay: float = 1.0
-    rounds: int = 1
     bf16: bool = False  # client.precision=bf16-mixed
     model_args: dict[str, Any] = field(default_factory=dict)  # model.args (the constructor's)
-
-    def client_epochs(self, client: int) -> int:
-        """The local epochs of ``client`` (``client.epochs_by_client`` cycled, else epochs)."""
-        cycle = self.epochs_by_client
-        return self.epochs if cycle is None else cycle[client % len(cycle)]
-
-    def lr_scale(self, round_idx: int) -> float:
-        return lr_scale(self.lr_schedule, self.lr_decay, self.rounds, round_idx)
 
 
 @dataclass
@@ -133,13 +126,10 @@ class ClientWorker:
             torch.set_num_threads(spec.num_threads)
         self.spec, self.data = spec, data
         self.device = torch.device(spec.device)
-        module = build_model(spec.model_name, spec.model_args, **spec.model_kwargs)
-        module = module.to(self.device)
+        module = build_client_model(spec.model_name, spec.model_args, spec.model_kwargs,
+                                    spec.optimizer).to(self.device)  # fmt: skip
         # lazy layers take their shapes from one sample batch, as on the driver
         fit_model(module, sample_batch(data, self.device), data.num_classes, spec.model_name)
-        if isinstance(module, FLModule):  # client.optimizer for the built-in optimizers
-            module.optimizer_name, module.betas = spec.optimizer, tuple(spec.betas)
-            module.nesterov = spec.nesterov
         self.module = module
         self.flat, self.layout = bind_flat_parameters(module)  # on self.device
         self.vmappable = vmappable(module)  # stacked gradient tasks batch their entries
@@ -227,23 +217,12 @@ class ClientWorker:
         task: ClientTask,
         sums: dict[str, WeightedSum],
     ) -> ClientResult:
-        client = task.client
-        split = self.data.clients[client]
-        flipped = task.upload is not None and task.upload.flips_labels
-        counts = self.class_counts[client]
-        info = ClientInfo(
-            client=client,
-            num_train=int(self.train_sizes[client]),
-            # a label-flipping attacker's data has labels K-1-y: its statistics are of those
-            # (FedRoD's balanced softmax gave a flipped label of an absent class -inf)
-            class_counts=counts[::-1].copy() if flipped else counts,
-            round=round_idx,
-            probe=WorkerProbe(self, client, round_idx),
-            evaluates=task.evaluate,
-            trains=task.train,
-        )
+        """Evaluate and/or train one client: the algorithm's ``client_start``, the main
+        pass, the task's upload steps, ``client_finish``, and its sums into ``sums``."""
+        split = self.data.clients[task.client]
+        info = self._client_info(round_idx, task)
         plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
-        out = ClientResult(client=client)
+        out = ClientResult(client=task.client)
         eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
         if task.evaluate:
             began = time.perf_counter()
@@ -254,24 +233,7 @@ class ClientWorker:
         began = time.perf_counter()
         if not (task.evaluate and eval_params is plan.train_params):
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
-        seed = client_seed(self.spec.seed, round_idx, client)
-        seed_torch(seed, self.device)
-        with frozen_parameters(self.module, plan.frozen):
-            trained = train_client(
-                self.module,
-                LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
-                split.train if plan.train_indices is None else plan.train_indices,
-                epochs=self.spec.client_epochs(client) if plan.epochs is None else plan.epochs,
-                batch_size=self.spec.batch_size,
-                generator=torch.Generator().manual_seed(seed),
-                device=self.device,
-                terms=plan.terms,
-                clip_grad_norm=self.spec.clip_grad_norm,
-                lr_scale=self.spec.lr_scale(round_idx),
-                bf16=self.spec.bf16,
-                optimizer_state=plan.optimizer_state,
-                keep_optimizer_state=plan.keep_optimizer_state,
-            )
+        trained = self._main_pass(round_idx, task, plan)
         plan.optimizer_state = trained.optimizer_state
         out.logged = trained.logged
         out.train_loss = trained.mean_loss
@@ -285,7 +247,7 @@ class ClientWorker:
         job = task.upload
         if job is not None and job.model is not None:
             uploaded, out.upload = run_client_steps(
-                job, plan.train_params, uploaded, round_idx, client
+                job, plan.train_params, uploaded, round_idx, task.client
             )
         update = self.algorithm.client_finish(plan, uploaded, task.state, info)
         # what labelled extra passes recorded (Ditto's personal pass), beside the main pass's
@@ -296,7 +258,61 @@ class ClientWorker:
             if not math.isfinite(update.train_loss):
                 out.failed = True  # as a non-finite main pass: left out, state unchanged
                 return out
-        if job is not None and job.individual:  # its sums go to the driver on their own
+        self._add_update(out, update, job, sums)
+        return out
+
+    def _client_info(self, round_idx: int, task: ClientTask) -> ClientInfo:
+        client = task.client
+        counts = self.class_counts[client]
+        flipped = task.upload is not None and task.upload.flips_labels
+        return ClientInfo(
+            client=client,
+            num_train=int(self.train_sizes[client]),
+            # a label-flipping attacker's data has labels K-1-y: its statistics are of those
+            # (FedRoD's balanced softmax gave a flipped label of an absent class -inf)
+            class_counts=counts[::-1].copy() if flipped else counts,
+            round=round_idx,
+            probe=WorkerProbe(self, client, round_idx),
+            evaluates=task.evaluate,
+            trains=task.train,
+        )
+
+    def _main_pass(self, round_idx: int, task: ClientTask, plan: ClientPlan) -> TrainResult:
+        """The client's local training from the module's current parameters, with the run
+        plan's epochs and lr and the client's own seed (flipped labels for an attacker)."""
+        client = task.client
+        flipped = task.upload is not None and task.upload.flips_labels
+        seed = client_seed(self.spec.seed, round_idx, client)
+        seed_torch(seed, self.device)
+        with frozen_parameters(self.module, plan.frozen):
+            return train_client(
+                self.module,
+                LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
+                self.data.clients[client].train
+                if plan.train_indices is None
+                else plan.train_indices,
+                epochs=self.spec.epochs.of(client) if plan.epochs is None else plan.epochs,
+                batch_size=self.spec.batch_size,
+                generator=torch.Generator().manual_seed(seed),
+                device=self.device,
+                terms=plan.terms,
+                clip_grad_norm=self.spec.clip_grad_norm,
+                lr_scale=self.spec.lr.scale(round_idx),
+                bf16=self.spec.bf16,
+                optimizer_state=plan.optimizer_state,
+                keep_optimizer_state=plan.keep_optimizer_state,
+            )
+
+    def _add_update(
+        self,
+        out: ClientResult,
+        update: ClientUpdate,
+        job: UploadJob | None,
+        sums: dict[str, WeightedSum],
+    ) -> None:
+        """The client's sums into the worker's partial sums (or, when its job asks, kept on
+        their own for the driver), its new state and the bytes it sent."""
+        if job is not None and job.individual:
             out.upload = out.upload or UploadReport()
             out.upload.sums, sums = dict(update.sums), {}
         began = time.perf_counter()
@@ -306,4 +322,3 @@ class ClientWorker:
         out.sum_seconds = time.perf_counter() - began
         out.state, out.individual = update.state, update.individual
         out.upload_bytes = upload_nbytes(self.algorithm.upload_nbytes(update), out.upload)
-        return out

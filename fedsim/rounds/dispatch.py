@@ -1,0 +1,65 @@
+"""The one way a round kind hands clients to the executor: build the tasks, run them, order
+the results.
+
+``dispatch`` builds one ``ClientTask`` per client (its payload and private state from the
+server state and the store; evaluate and/or train), lets the caller attach what the
+deployment decides (``prepare``), counts what the trained clients download, and runs the
+tasks through ``Executor.run_round``. Results come back ordered by client, so nothing
+depends on which worker ran which client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from fedsim.algorithms.base import Algorithm, ServerState
+from fedsim.rounds.kind import sorted_results
+from fedsim.runtime.executor import Executor
+from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult
+from fedsim.storage import ClientStateStore
+
+
+@dataclass
+class Dispatched:
+    """A batch of client tasks, run."""
+
+    worker_results: list[WorkerResult]
+    bytes_down: int  # the broadcast and payloads the training clients received
+
+    @property
+    def results(self) -> list[ClientResult]:
+        return sorted_results(self.worker_results)
+
+
+def dispatch(
+    executor: Executor,
+    algorithm: Algorithm,
+    round_idx: int,
+    state: ServerState,
+    store: ClientStateStore,
+    *,
+    evaluate: Collection[int] = (),
+    train: Collection[int] = (),
+    prepare: Callable[[list[ClientTask]], None] | None = None,
+) -> Dispatched:
+    """Run round ``round_idx``'s tasks of the clients in ``evaluate`` and ``train``, each
+    from ``state`` (see the module docstring)."""
+    evaluated, trained = set(evaluate), set(train)
+    broadcast = algorithm.broadcast(state)
+    tasks = [
+        ClientTask(
+            client=c,
+            payload=algorithm.client_payload(state, c),
+            state=store.get(c),
+            evaluate=c in evaluated,
+            train=c in trained,
+        )
+        for c in sorted(evaluated | trained)
+    ]
+    if prepare is not None:
+        prepare(tasks)
+    download = sum(
+        algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
+    )
+    return Dispatched(executor.run_round(round_idx, broadcast, tasks), download)

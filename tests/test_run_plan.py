@@ -1,0 +1,133 @@
+"""The run plan (fedsim/run_plan.py): every per-round and per-client setting resolved once.
+
+The values are checked against hand computations, the simulation is checked to hand the
+same objects to everything that reads them, and the source is scanned so that none of them
+is computed a second time somewhere else (the reason the plan exists).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsim.config import load_config
+from fedsim.run_plan import (
+    LearningRate,
+    LocalEpochs,
+    OptimizerSettings,
+    default_buffer_size,
+    resolve_run_plan,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_learning_rate_of_each_round_by_hand():
+    constant = LearningRate(0.1)
+    assert not constant.scheduled and constant.at(7) == 0.1
+    exponential = LearningRate(0.1, "exponential", 0.5, rounds=10)
+    assert exponential.scheduled and exponential.at(3) == pytest.approx(0.1 * 0.125)
+    cosine = LearningRate(0.2, "cosine", rounds=4)
+    assert [cosine.at(r) for r in (0, 2, 4)] == pytest.approx([0.2, 0.1, 0.0])
+    assert cosine.scale(1) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+
+
+def test_local_epochs_cycle_over_the_clients():
+    assert LocalEpochs(3).all(4) == [3, 3, 3, 3]
+    cycled = LocalEpochs(1, (4, 1, 2))
+    assert cycled.all(5) == [4, 1, 2, 4, 1] and cycled.of(7) == 1
+
+
+def test_cohort_and_buffer_sizes():
+    cfg = load_config(None, ["join_ratio=0.35", "data.num_clients=20"])
+    plan = resolve_run_plan(cfg, "local", 20)
+    assert plan.cohort_size == plan.server_cohort == 7  # int(0.35 x 20)
+    assert "join_ratio=0.35 x data.num_clients=20" in plan.cohort_source
+    assert resolve_run_plan(load_config(None, ["join_ratio=0.01"]), "local", 20).cohort_size == 1
+    buffered = resolve_run_plan(load_config(None, ["join_ratio=0.35"]), "buffered", 20)
+    assert buffered.concurrency == 7 and buffered.server_cohort == default_buffer_size(7) == 3
+    given = [
+        "asynchronous.enabled=true",
+        "asynchronous.concurrency=10",
+        "asynchronous.buffer_size=4",
+    ]
+    plan = resolve_run_plan(load_config(None, given), "buffered", 20)
+    assert (plan.concurrency, plan.server_cohort) == (10, 4)
+    assert "default" not in plan.cohort_source
+
+
+def test_optimizer_settings_reach_a_built_in_module_by_one_builder():
+    from fedsim.runtime.model_fit import build_client_model
+
+    cfg = load_config(None, ["client.optimizer=adam", "client.lr=0.01", "client.betas=[0.8,0.9]"])
+    settings = OptimizerSettings.from_config(cfg)
+    kwargs = {"in_channels": 1, "num_classes": 10, "image_size": 28}
+    module = build_client_model(
+        "fedavg_cnn", {}, {**kwargs, **settings.constructor_kwargs(False)}, settings
+    )
+    optimizer = module.configure_optimizers()
+    assert type(optimizer).__name__ == "Adam"
+    assert optimizer.param_groups[0]["lr"] == 0.01
+    assert optimizer.param_groups[0]["betas"] == (0.8, 0.9)
+    assert settings.constructor_kwargs(True) == {}  # a module with its own optimizer
+
+
+def test_the_simulation_hands_every_reader_the_plans_values():
+    from fedsim.simulation import Simulation, build_data
+
+    overrides = [
+        "data.max_samples=300", "data.num_clients=6", "join_ratio=0.5", "rounds=4",
+        "client.lr_schedule=exponential", "client.lr_decay=0.5", "client.epochs_by_client=[2,1]",
+        "runtime.executor=local",
+    ]  # fmt: skip
+    cfg = load_config(None, overrides)
+    sim = Simulation(cfg, build_data(cfg))
+    plan = sim.plan
+    assert sim.worker_spec.lr is plan.lr and sim.worker_spec.epochs is plan.epochs
+    assert sim.worker_spec.optimizer is plan.optimizer
+    assert sim.federation.client_epochs == [2, 1, 2, 1, 2, 1]
+    assert len(sim.sample_cohort(0)) == plan.cohort_size == 3
+    assert plan.lr.at(2) == pytest.approx(0.005 * 0.25)
+
+
+def test_virtual_time_counts_each_clients_own_epochs():
+    from fedsim.rounds.compose import virtual_clock
+
+    cfg = load_config(None, ["asynchronous.speeds=constant"])
+    sizes = np.array([10, 10, 10])
+    _, same = virtual_clock(cfg, sizes, LocalEpochs(1))
+    _, cycled = virtual_clock(cfg, sizes, LocalEpochs(1, (1, 3)))
+    assert cycled.tolist() == [same[0], 3 * same[1], same[2]]
+
+
+# names whose computation has one home: (called name, the modules allowed to call it)
+ONE_HOME = {
+    "lr_scale": ("fedsim.run_plan",),
+    "default_buffer_size": ("fedsim.run_plan",),
+    "cohort_size": ("fedsim.run_plan",),
+    "model_upload": ("fedsim.deployment.decision",),
+    "ClientTask": ("fedsim.rounds.dispatch",),
+}
+
+
+def calls_outside_home() -> list[str]:
+    found = []
+    for path in sorted((REPO / "fedsim").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            homes = ONE_HOME.get(name or "")
+            if homes is not None and module not in homes:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} calls {name}")
+    return found
+
+
+def test_each_value_is_computed_in_one_place():
+    assert calls_outside_home() == []
