@@ -17,6 +17,7 @@ from fedsim.checkpoint import (
 )
 from fedsim.checkpoint_digest import digest_path
 from fedsim.config import ExperimentConfig
+from fedsim.data.hf import accept as accept_hf_data
 from fedsim.errors import ClientFailureError, ConfigError, RunFailure
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
@@ -219,6 +220,7 @@ def run_experiment(
     created: Path | None = None
     try:
         created = make_run_dir(run_dir, overwrite=overwrite)
+        accept_hf_data(cfg.data)  # an hf: dataset's conversion is cached once a run is accepted
         for sink in sinks:
             partition = simulation.deployment.partition_info(simulation.data.partition_summary())
             sink.start(run_dir, cfg.to_dict(), partition)

@@ -55,7 +55,7 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
     d = cfg.data
     hf = None
     if dataset is None and is_hf_name(d.name):
-        hf = load_hf(hf_source(d))
+        hf = load_hf(hf_source(d), d.root)
         dataset = hf.dataset
     elif dataset is None:
         dataset = cached_dataset(d.name, d.root, d.download)

@@ -4,7 +4,10 @@ partitions on them, whole runs on the local executor, and the one-line errors. O
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +28,11 @@ from fedsim.simulation import build_data
 
 NATURAL = ["data.label_column=character", "data.partition.name=natural",
            "data.partition.by=writer_id", "data.min_samples=10"]  # fmt: skip
-TINY = ["rounds=1", "runtime.executor=local", "client.batch_size=20", "--no-progress"]
+# converted datasets are cached under data.root: a temporary one here, not the repo's data/
+ROOT = Path(tempfile.mkdtemp(prefix="fedsim-hf-root-"))
+atexit.register(shutil.rmtree, ROOT, True)
+TINY = ["rounds=1", "runtime.executor=local", "client.batch_size=20", "--no-progress",
+        f"data.root={ROOT}"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +46,9 @@ def tabular(tmp_path_factory) -> Path:
 
 
 def _config(*overrides: str):
-    return load_config("configs/quickstart.yaml", ["runtime.executor=local", *overrides])
+    return load_config(
+        "configs/quickstart.yaml", ["runtime.executor=local", f"data.root={ROOT}", *overrides]
+    )
 
 
 @pytest.mark.parametrize("kind", ["save_to_disk", "parquet"])

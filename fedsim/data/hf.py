@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.data import hf_cache
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
+from fedsim.data.hf_images import pil_array, stack_images
 from fedsim.data.names import HF_PREFIX
 from fedsim.errors import ConfigError
 
@@ -49,6 +51,7 @@ class HFData:
     dataset: Dataset
     groups: np.ndarray | None
     info: dict[str, Any]
+    entry: Path | None = None  # where its conversion is (or will be) cached
 
 
 def hf_source(data: Any) -> HFSource:
@@ -72,19 +75,49 @@ def is_hf_name(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=2)
-def load_hf(source: HFSource) -> HFData:
-    """Read ``source`` into memory (raises a one-line ConfigError on bad input). Nothing is
+def load_hf(source: HFSource, cache_root: str | None = None) -> HFData:
+    """Read ``source`` into memory (raises a one-line ConfigError on bad input).
+
+    With ``cache_root`` (``data.root``), a conversion cached there is memory-mapped instead,
+    and a fresh one is cached once the run is accepted (``hf_cache.py``). Nothing else is
     left on disk for a local path: ``datasets``' cache for parquet/CSV lives in a temporary
     folder (a Hub id, online only, goes to datasets' own cache)."""
+    local, entry = source.path.exists(), None
+    if cache_root is not None and local:
+        stamp = hf_cache.source_stamp(source.path)
+        entry = hf_cache.cache_path(cache_root, hf_cache.cache_key(source, stamp))
+        if (hit := hf_cache.read(entry)) is not None:
+            return HFData(*hit, entry)
     with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
         table = _open_split(source, cache)
-        _check_columns(source, table.column_names)
-        if _is_text(table.features[source.input_columns[0]], source):
-            dataset, label_names = _text(source, table)
-        else:
-            labels, label_names = _labels(source, table)
-            dataset = _inputs(source, table, labels, len(label_names))
-        groups = None if source.by is None else np.asarray(table[source.by], dtype=object)
+        if cache_root is not None and not local:  # a Hub split: datasets' own fingerprint
+            key = hf_cache.cache_key(source, getattr(table, "_fingerprint", None))
+            entry = hf_cache.cache_path(cache_root, key)
+            if (hit := hf_cache.read(entry)) is not None:
+                return HFData(*hit, entry)
+        dataset, groups, info = convert(source, table)
+    if entry is not None:
+        hf_cache.remember(entry, dataset, groups, info)
+    return HFData(dataset, groups, info, entry)
+
+
+def accept(data: Any) -> None:
+    """The run of config section ``data`` passed every check: cache its conversion (a no-op
+    for other data, or when it was read from the cache)."""
+    if is_hf_name(data.name):
+        hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
+
+
+def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
+    """(dataset, each row's ``data.partition.by`` value, partition.json's record) of an
+    Arrow table: the slow part that the cache saves."""
+    _check_columns(source, table.column_names)
+    if _is_text(table.features[source.input_columns[0]], source):
+        dataset, label_names = _text(source, table)
+    else:
+        labels, label_names = _labels(source, table)
+        dataset = _inputs(source, table, labels, len(label_names))
+    groups = None if source.by is None else np.asarray(table[source.by], dtype=object)
     info: dict[str, Any] = {
         "source": source.name,
         "split": source.split,
@@ -92,7 +125,7 @@ def load_hf(source: HFSource) -> HFData:
         "label_column": source.label_column,
         "label_names": label_names,
     }
-    return HFData(dataset, groups, info)
+    return dataset, groups, info
 
 
 def _is_text(feature: Any, source: HFSource) -> bool:
@@ -245,13 +278,13 @@ def _inputs(source: HFSource, table: Any, labels: np.ndarray, num_classes: int) 
     columns = source.input_columns
     feature = table.features[columns[0]]
     if len(columns) == 1 and isinstance(feature, datasets.Image):
-        images = _stack_images(source, [_pil_array(img) for img in table[columns[0]]])
+        images = stack_images(source, [pil_array(img) for img in table[columns[0]]])
         return ImageDataset(name, images, labels, num_classes)
     arrays = isinstance(feature, (datasets.List, datasets.Sequence))
     if len(columns) == 1 and (arrays or type(feature).__name__.startswith("Array")):
         rows = [np.asarray(v) for v in table[columns[0]]]
         if rows and rows[0].ndim >= 2:
-            return ImageDataset(name, _stack_images(source, rows), labels, num_classes)
+            return ImageDataset(name, stack_images(source, rows), labels, num_classes)
         return TabularDataset(name, _numeric(source, columns[0], rows), labels, num_classes)
     for column in columns:
         value = table.features[column]
@@ -276,52 +309,3 @@ def _numeric(source: HFSource, column: str, rows: Any) -> np.ndarray:
             "data.input_column", column, "rows must be finite numbers, the same count each"
         )
     return np.ascontiguousarray(features)
-
-
-def _pil_array(image: Any) -> np.ndarray:
-    """A PIL image as uint8 (H, W) for grey or (H, W, 3) for anything else."""
-    if image.mode not in ("L", "RGB"):
-        image = image.convert("L" if image.mode in ("1", "I", "I;16", "F") else "RGB")
-    return np.asarray(image)
-
-
-def _stack_images(source: HFSource, arrays: list[np.ndarray]) -> np.ndarray:
-    """uint8 (N, C, H, W): grey if every image is, resized to data.resize when set; images of
-    different sizes (or not square) without data.resize are a ConfigError."""
-    arrays = [a[:, :, None] if a.ndim == 2 else a for a in arrays]
-    if any(a.ndim != 3 for a in arrays):
-        raise ConfigError("data.input_column", source.input_columns[0], "arrays must be 2-D or 3-D")
-    if not all(a.shape[2] == 1 for a in arrays):
-        arrays = [np.repeat(a, 3, axis=2) if a.shape[2] == 1 else a[:, :, :3] for a in arrays]
-    arrays = [_as_uint8(a) for a in arrays]
-    if source.resize is not None:
-        arrays = [_resize(a, source.resize) for a in arrays]
-    sizes = sorted({a.shape[:2] for a in arrays})
-    if len(sizes) > 1 or (sizes and sizes[0][0] != sizes[0][1]):
-        shown = ", ".join(f"{h}x{w}" for h, w in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
-        raise ConfigError(
-            "data.resize", None, f"the images of {source.input_columns[0]} are {shown}, not one "
-            "square size: set data.resize to a side length (e.g. 28)",
-        )  # fmt: skip
-    if not arrays:
-        raise ConfigError("data.split", source.split, "that split holds no rows")
-    return np.ascontiguousarray(np.stack(arrays).transpose(0, 3, 1, 2))
-
-
-def _as_uint8(array: np.ndarray) -> np.ndarray:
-    """Pixels 0..255 (floats in 0..1 are scaled)."""
-    if array.dtype == np.uint8:
-        return array
-    scale = 255.0 if np.issubdtype(array.dtype, np.floating) and array.max() <= 1.0 else 1.0
-    return np.clip(np.rint(array.astype(np.float64) * scale), 0, 255).astype(np.uint8)
-
-
-def _resize(array: np.ndarray, side: int) -> np.ndarray:
-    from PIL import Image
-
-    if array.shape[:2] == (side, side):
-        return array
-    grey = array.shape[2] == 1
-    image = Image.fromarray(array[:, :, 0] if grey else array)
-    resized = np.asarray(image.resize((side, side), Image.Resampling.BILINEAR))
-    return resized[:, :, None] if grey else resized
