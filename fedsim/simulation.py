@@ -83,6 +83,7 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
         by=d.partition.by,
         flwr_args=d.partition.args,
         label_column=d.label_column,
+        train_rows=None if hf is None else hf.train_rows,
     )
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map

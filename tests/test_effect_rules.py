@@ -76,6 +76,12 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
     ("data.partition.args", "data.partition.name"): (
         "{alpha: 0.5}", ["data.partition.name=flwr:DirichletPartitioner"],
         ["data.partition.name=iid"]),
+    ("data.test_split", "data.partition.name"): (
+        "test", [HF, "data.partition.name=natural", "data.partition.by=group"],
+        [HF, "data.partition.name=iid"]),
+    ("data.train_ratio", "data.test_split"): (
+        "0.5", [], [HF, "data.partition.name=natural", "data.partition.by=group",
+                    "data.test_split=test"]),
     ("data.split", "data.name"): ("test", [HF], ["data.name=mnist-5k"]),
     ("data.input_column", "data.name"): ("pixels", [HF], ["data.name=mnist-5k"]),
     ("data.label_column", "data.name"): ("target", [HF], ["data.name=mnist-5k"]),

@@ -125,6 +125,9 @@ class DataConfig:
     resize: int | None = checked(  # hf: images resized to this square side; null: as stored
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: keep the images' size)"
     )
+    test_split: str | None = checked(  # hf natural: each client's test rows come from this split
+        None, lambda v: v is None or len(v) > 0, "a split name (or null: data.train_ratio)"
+    )
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

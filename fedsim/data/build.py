@@ -33,36 +33,55 @@ def build_group_federation(
     train_ratio: float,
     seed: int,
     by: str,
+    train_rows: int | None = None,
 ) -> FederatedData:
     """One client per value of ``groups`` (``data.partition.by``: FEMNIST's writer_id): the
     ``num_clients`` largest with >= ``min_samples`` samples (ties: first seen first), each
-    split into train and test like a partition's (``split_train_test``, ``train_ratio``).
-    The dataset keeps the chosen clients' samples only."""
+    split into train and test like a partition's (``split_train_test``, ``train_ratio``), or,
+    with ``train_rows`` (``data.test_split``), by the data's own splits: rows from
+    ``train_rows`` on are the test split's, and a client needs rows in both. The dataset
+    keeps the chosen clients' samples only (when every row is kept it is used as it is, so a
+    memory-mapped cache stays mapped)."""
     values, first, inverse, counts = np.unique(
         groups.astype(str), return_index=True, return_inverse=True, return_counts=True
     )
-    eligible = np.flatnonzero(counts >= min_samples)
+    test_row = None if train_rows is None else np.arange(len(groups)) >= train_rows
+    enough = counts >= min_samples
+    if test_row is not None:  # a train and a test row each
+        tests = np.bincount(inverse, weights=test_row, minlength=len(values))
+        enough &= (tests >= 1) & (counts - tests >= 1)
+    eligible = np.flatnonzero(enough)
     if num_clients > len(eligible):
+        both = "" if test_row is None else " in both splits"
         raise ConfigError(
             "data.num_clients",
             num_clients,
-            f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} samples "
-            f"(of {len(values)}); use at most {len(eligible)} or lower data.min_samples",
+            f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} samples"
+            f"{both} (of {len(values)}); use at most {len(eligible)} or lower data.min_samples",
         )
     chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
     members = [np.flatnonzero(inverse == k) for k in chosen]
     keep = np.concatenate(members) if members else np.zeros(0, np.int64)
-    position = np.empty(len(groups), dtype=np.int64)
-    position[keep] = np.arange(len(keep))
-    split_rng = np.random.default_rng([seed, SPLIT_TAG])
-    clients = [split_train_test(position[m], train_ratio, split_rng) for m in members]
+    position = np.arange(len(groups), dtype=np.int64)
+    if len(keep) < len(groups):
+        position[keep] = np.arange(len(keep))
+    if test_row is None:
+        split_rng = np.random.default_rng([seed, SPLIT_TAG])
+        clients = [split_train_test(position[m], train_ratio, split_rng) for m in members]
+    else:
+        clients = [ClientSplit(train=position[m[~test_row[m]]], test=position[m[test_row[m]]])
+                   for m in members]  # fmt: skip
+    split: dict[str, Any] = {"seed": seed, "train_ratio": train_ratio}
+    if test_row is not None:
+        split = {"test_split": "the data's own (data.test_split)"}
     info: dict[str, Any] = {
-        "name": NATURAL, "by": by, "seed": seed, "train_ratio": train_ratio,
+        "name": NATURAL, "by": by, **split,
         "min_samples": min_samples, "clients_available": len(eligible),
         "clients": [{"client": i, by: str(values[k]), "samples": int(counts[k])}
                     for i, k in enumerate(chosen)],
     }  # fmt: skip
-    return FederatedData(dataset=dataset.subset(keep), clients=clients, partition=info)
+    kept = dataset if len(keep) == len(groups) else dataset.subset(keep)
+    return FederatedData(dataset=kept, clients=clients, partition=info)
 
 
 def build_natural_federation(
@@ -202,6 +221,7 @@ def build_federated_data(
     by: str | None = None,
     flwr_args: dict[str, Any] | None = None,
     label_column: str = "label",
+    train_rows: int | None = None,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
@@ -213,7 +233,8 @@ def build_federated_data(
     one array. `relabel` / `rotation` (fedsim/data/heterogeneity.py) split with `base` and then
     permute the labels / rotate the images of each client's samples in a copy of the dataset;
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
-    `natural` makes one client per value of `groups` (the `by` column of an hf: dataset);
+    `natural` makes one client per value of `groups` (the `by` column of an hf: dataset;
+    `train_rows`: rows from there on are the data's own test split, kept per client);
     `flwr:<Partitioner>` is flwr-datasets' partitioner with `flwr_args` (flwr_partition.py).
     """
     if dataset.natural_clients is not None:
@@ -240,7 +261,7 @@ def build_federated_data(
                 "hf: dataset (shakespeare comes with its clients already)",
             )  # fmt: skip
         return build_group_federation(
-            dataset, groups, num_clients, min_samples, train_ratio, seed, by
+            dataset, groups, num_clients, min_samples, train_ratio, seed, by, train_rows
         )
     if is_flwr_partition(partition):
         parts, used = partition_flwr(

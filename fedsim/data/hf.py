@@ -8,6 +8,7 @@ String labels become ids (sorted names; the map goes to partition.json); a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import tempfile
@@ -37,6 +38,7 @@ class HFSource:
     label_column: str = "label"
     by: str | None = None
     resize: int | None = None
+    test_split: str | None = None  # natural clients' test rows come from this split
 
     @property
     def path(self) -> Path:
@@ -53,6 +55,11 @@ class HFData:
     info: dict[str, Any]
     entry: Path | None = None  # where its conversion is (or will be) cached
 
+    @property
+    def train_rows(self) -> int | None:
+        """With ``data.test_split``: the rows before this one are data.split's."""
+        return self.info.get("train_rows")
+
 
 def hf_source(data: Any) -> HFSource:
     """The HFSource a config's ``data`` section names (``data.partition.by`` is read only
@@ -66,6 +73,7 @@ def hf_source(data: Any) -> HFSource:
         data.label_column,
         by,
         data.resize,
+        data.test_split if by is not None else None,
     )
 
 
@@ -90,12 +98,17 @@ def load_hf(source: HFSource, cache_root: str | None = None) -> HFData:
             return HFData(*hit, entry)
     with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
         table = _open_split(source, cache)
+        train_rows = None
+        if source.test_split is not None:  # the data's own test rows, after the train rows
+            table, train_rows = _with_test_split(source, table, cache)
         if cache_root is not None and not local:  # a Hub split: datasets' own fingerprint
             key = hf_cache.cache_key(source, getattr(table, "_fingerprint", None))
             entry = hf_cache.cache_path(cache_root, key)
             if (hit := hf_cache.read(entry)) is not None:
                 return HFData(*hit, entry)
         dataset, groups, info = convert(source, table)
+        if train_rows is not None:
+            info = {**info, "test_split": source.test_split, "train_rows": train_rows}
     if entry is not None:
         hf_cache.remember(entry, dataset, groups, info)
     return HFData(dataset, groups, info, entry)
@@ -106,6 +119,24 @@ def accept(data: Any) -> None:
     for other data, or when it was read from the cache)."""
     if is_hf_name(data.name):
         hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
+
+
+def _with_test_split(source: HFSource, table: Any, cache: str) -> tuple[Any, int]:
+    """``table`` followed by the rows of ``data.test_split`` (one conversion, so string
+    labels map to the same ids), and where those rows start."""
+    import datasets
+
+    if source.test_split == source.split:
+        raise ConfigError("data.test_split", source.test_split, "is data.split: pick another")
+    test = _open_split(
+        dataclasses.replace(source, split=source.test_split), cache, "data.test_split"
+    )
+    if test.features != table.features:
+        raise ConfigError(
+            "data.test_split", source.test_split, f"has other columns or types than "
+            f"data.split={source.split}: the two splits must share one schema",
+        )  # fmt: skip
+    return datasets.concatenate_datasets([table, test]), len(table)
 
 
 def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
@@ -174,7 +205,7 @@ def _hub_unreachable(source: HFSource, reason: str) -> ConfigError:
     )
 
 
-def _open_split(source: HFSource, cache: str) -> Any:
+def _open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
     """The ``data.split`` split of a local folder or file (or, online only, a Hub id)."""
     import datasets
 
@@ -208,10 +239,10 @@ def _open_split(source: HFSource, cache: str) -> Any:
         )  # fmt: skip
     if isinstance(loaded, datasets.Dataset):
         if source.split != "train":
-            raise ConfigError("data.split", source.split, "that data has one split; use train")
+            raise ConfigError(key, source.split, "that data has one split, train")
         return loaded
     if source.split not in loaded:
-        raise ConfigError("data.split", source.split, f"allowed: {', '.join(loaded)}")
+        raise ConfigError(key, source.split, f"allowed: {', '.join(loaded)}")
     return loaded[source.split]
 
 

@@ -65,6 +65,7 @@ def cache_key(source: Any, stamp: Any) -> str:
         "label_column": source.label_column,
         "by": source.by,
         "resize": source.resize,
+        "test_split": source.test_split,
         "data": stamp,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
