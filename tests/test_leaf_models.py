@@ -1,11 +1,18 @@
 """LEAF's reference models (femnist_cnn, celeba_cnn): parameter counts computed by hand from
-LEAF's layers, output shapes on any square size, the head FedPer keeps."""
+LEAF's layers, output shapes on any square size, the head FedPer keeps; and each shipped
+configs/hf/ config running end to end on a small local set in its Hub schema."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
+from hf_fixtures import save_celeba, save_femnist, save_shakespeare
 
+from fedsim.cli import main
 from lightning_modules.leaf_cnn import CelebaCNN, FemnistCNN
 from lightning_modules.registry import build_model
 
@@ -75,3 +82,36 @@ def test_weights_start_as_tensorflows_defaults():
     assert model.fc1[0].weight.abs().max() <= bound
     assert model.fc1[0].weight.abs().max() > 0.9 * bound
     assert all(not b.any() for n, b in model.named_parameters() if n.endswith("bias"))
+
+
+# ---------------------------------------------------------------- the shipped hf configs
+
+TINY = ["rounds=1", "runtime.executor=local", "client.batch_size=20", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("leaf")
+    return {
+        "femnist": save_femnist(folder)[0],
+        "celeba": save_celeba(folder),
+        "shakespeare": save_shakespeare(folder)[0],
+    }
+
+
+@pytest.mark.parametrize(
+    ("dataset", "model", "classes"),
+    [("femnist", "femnist_cnn", 62), ("celeba", "celeba_cnn", 2), ("shakespeare", "char_lstm", 80)],
+)
+def test_the_shipped_config_runs_on_a_local_copy(copies, tmp_path, dataset, model, classes):
+    config = f"configs/hf/{dataset}-natural-fedavg.yaml"
+    out = tmp_path / "run"
+    small = [f"data.name=hf:{copies[dataset]}", "data.num_clients=3", "data.min_samples=10"]
+    assert main(["run", config, *small, *TINY, "--out", str(out)]) == 0
+    shipped = yaml.safe_load(Path(config).read_text())
+    assert shipped["model"]["name"] == model
+    assert shipped["data"]["partition"]["name"] == "natural"
+    partition = json.loads((out / "partition.json").read_text())
+    assert partition["num_clients"] == 3 and partition["num_classes"] == classes
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary
