@@ -17,6 +17,8 @@ MODELS: dict[str, str] = {
     "fedavg_cnn": "lightning_modules.cnn:FedAvgCNN",
     "fedavg_cnn_bn": "lightning_modules.cnn:FedAvgCNNBN",
     "resnet18": "lightning_modules.resnet:ResNet18",
+    "femnist_cnn": "lightning_modules.leaf_cnn:FemnistCNN",
+    "celeba_cnn": "lightning_modules.leaf_cnn:CelebaCNN",
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
     "mlp": "lightning_modules.mlp:MLP",
 }
@@ -25,6 +27,8 @@ SUMMARIES = {
     "fedavg_cnn": "PFLlib's FedAvgCNN: 2 conv + 2 FC layers (images)",
     "fedavg_cnn_bn": "FedAvgCNN with BatchNorm after each convolution (FedBN's model)",
     "resnet18": "ResNet-18 with a 3x3 stem for 32x32 images",
+    "femnist_cnn": "LEAF's FEMNIST CNN: 2 'same' conv + FC 2048 (6.6M parameters on 28x28)",
+    "celeba_cnn": "LEAF's CelebA CNN: 4 x (conv, BatchNorm, pool) + one FC (84x84 colour)",
     "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
     "mlp": "fully connected ReLU layers, model.hidden sizes (default 784-200-200-10 on digits)",
 }

@@ -80,8 +80,8 @@ def test_built_in_names_resolve_as_before():
         ("model.name=:TinyMLP", "model.name=':TinyMLP': expected module:attribute"),
         (
             "model.name=resnet",
-            "model.name='resnet': allowed: fedavg_cnn, fedavg_cnn_bn, resnet18, char_lstm, mlp, "
-            "or module:",
+            "model.name='resnet': allowed: fedavg_cnn, fedavg_cnn_bn, resnet18, femnist_cnn, "
+            "celeba_cnn, char_lstm, mlp, or module:",
         ),
         (
             "data.name=fedsim_plugins.data:nothing",

@@ -133,7 +133,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = checked(  # the network: fedavg_cnn, resnet18, char_lstm, mlp, or module:Class
+    name: str = checked(  # the network: a built-in (fedsim keys lists them) or module:Class
         "fedavg_cnn", _model_resolves, "a built-in name or module:Class"
     )
     hidden: list[int] | None = checked(  # hidden layer sizes (mlp: [200, 200]); null: the model's
