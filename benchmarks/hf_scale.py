@@ -104,6 +104,9 @@ if args["step"] in ("round", "fmnist"):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     out["worker_peak_mb"] = [round(hwm(p)) for p in pids]
+    import psutil
+    # pages only this worker holds (the object store's shared data excluded)
+    out["worker_unique_mb"] = [psutil.Process(p).memory_full_info().uss >> 20 for p in pids]
     executor.close()
 out["driver_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print("STEP " + json.dumps(out))
@@ -158,6 +161,8 @@ def main() -> int:
         f"convert_s={convert['build_s'] + convert['cache_write_s']:.1f} "
         f"cached_start_s={cached['build_s']:.2f} driver_peak_mb={round_['driver_peak_mb']} "
         f"worker_peak_mb={max(round_['worker_peak_mb'])} "
+        f"worker_unique_mb={max(round_['worker_unique_mb'])} "
+        f"fmnist_worker_unique_mb={max(fmnist['worker_unique_mb'])} "
         f"round_s_per_1k_samples={per_k['femnist_size']:.3f} "
         f"fmnist_round_s_per_1k_samples={per_k['fmnist']:.3f}"
     )

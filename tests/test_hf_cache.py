@@ -65,7 +65,9 @@ def test_the_second_run_reads_the_cache_and_sees_the_same_data(femnist, tmp_path
     assert len(conversions) == 1  # read from the cache, not converted again
     assert second == first  # the same clients, samples and label map
     dataset, groups, info = hf_cache.read(entries(root)[0])
-    assert isinstance(dataset.images, np.memmap)  # mapped, not read into memory
+    # mapped, not read into memory; a plain ndarray, which Ray ships without a copy
+    assert isinstance(dataset.images.base, np.memmap) and type(dataset.images) is np.ndarray
+    assert not dataset.images.flags.writeable
     fresh = hf.convert(hf.HFSource(f"hf:{femnist}", label_column="character", by="writer_id"),
                        __import__("datasets").load_from_disk(str(femnist)))  # fmt: skip
     assert np.array_equal(dataset.images, fresh[0].images)

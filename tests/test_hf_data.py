@@ -247,12 +247,36 @@ def test_a_resumed_run_on_natural_writers_equals_the_uninterrupted_one(femnist, 
     assert metrics(tmp_path / "resumed") == metrics(tmp_path / "straight")
 
 
-@pytest.mark.parametrize("data", ["femnist", "tabular"])
-def test_the_ray_pool_equals_the_local_executor_on_hf_data(femnist, tabular, data, ray_pool):
+@pytest.fixture(scope="module")
+def celeba(tmp_path_factory) -> Path:
+    from hf_fixtures import save_celeba
+
+    return save_celeba(tmp_path_factory.mktemp("celeba"))
+
+
+@pytest.fixture(scope="module")
+def shakespeare(tmp_path_factory) -> Path:
+    from hf_fixtures import save_shakespeare
+
+    return save_shakespeare(tmp_path_factory.mktemp("shakespeare"))[0]
+
+
+@pytest.mark.parametrize("data", ["femnist", "tabular", "celeba", "shakespeare"])
+def test_the_ray_pool_equals_the_local_executor_on_hf_data(
+    femnist, tabular, celeba, shakespeare, data, ray_pool
+):
     from helpers import run_local_and_ray, untimed
 
     if data == "femnist":
         keys = [f"data.name=hf:{femnist[0]}", *NATURAL, "algorithm.name=fedper"]
+    elif data == "celeba":  # LEAF's task and model on 84x84 colour
+        keys = [f"data.name=hf:{celeba}", "data.label_column=Smiling", "data.resize=84",
+                "data.partition.name=natural", "data.partition.by=celeb_id",
+                "data.min_samples=10", "model.name=celeba_cnn"]  # fmt: skip
+    elif data == "shakespeare":
+        keys = [f"data.name=hf:{shakespeare}", "data.input_column=x", "data.label_column=y",
+                "data.partition.name=natural", "data.partition.by=character_id",
+                "data.min_samples=10", "model.name=char_lstm"]  # fmt: skip
     else:
         keys = [f"data.name=hf:{tabular}", "data.input_column=[f0,f1,f2,f3]", "model.name=mlp",
                 "data.partition.name=natural", "data.partition.by=site",

@@ -5,7 +5,9 @@ images, mapping string labels) takes minutes; reading the result back takes a mo
 first run that passes every check writes its conversion under
 ``<data.root>/hf-cache/<key>/`` (one ``.npy`` per array, ``meta.json`` for the rest); later
 runs read it with ``numpy.load(mmap_mode="r")``, so the driver maps the file instead of
-holding a copy, and the Ray pool puts it in the object store once for every worker.
+holding a copy, and the Ray pool puts it in the object store once, where every worker reads
+it without a copy (a plain ndarray over the mapping: Ray would pickle a ``numpy.memmap``
+into each worker as a private copy).
 
 The key is a SHA-256 of what the conversion depends on: the source (for a local path, every
 file's relative name, size and modification time; for a Hub id, the loaded split's
@@ -84,8 +86,8 @@ def read(path: Path) -> tuple[Any, Any, dict[str, Any]] | None:
     if meta.get("format") != FORMAT:
         return None
     fields = dict(meta["scalars"])
-    for name in meta["arrays"]:
-        fields[name] = np.load(path / f"{name}.npy", mmap_mode="r")
+    for name in meta["arrays"]:  # a plain ndarray over the mapping: Ray ships a memmap
+        fields[name] = np.asarray(np.load(path / f"{name}.npy", mmap_mode="r"))  # as a copy
     dataset = _dataset_kinds()[meta["kind"]](**fields)
     groups = None
     if meta.get("groups") is not None:
