@@ -31,7 +31,6 @@ import numpy as np
 
 ROWS, WRITERS = 805_263, 3_597
 MEAN, SPREAD = 224.0, 89.0  # samples per writer (LEAF's FEMNIST statistics)
-FEMNIST_CHARACTERS = [*"0123456789", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"abcdefghijklmnopqrstuvwxyz"]
 
 
 def writer_sizes(rng: np.random.Generator) -> np.ndarray:
@@ -51,12 +50,10 @@ def build_table(folder: Path) -> None:
     fmnist = load_dataset("fashion-mnist", "data", download=False)
     rng = np.random.default_rng(0)
     writers = np.repeat(np.arange(WRITERS), writer_sizes(rng))[rng.permutation(ROWS)]
-    features = datasets.Features({
-        "image": datasets.Image(),
-        "writer_id": datasets.Value("string"),
-        "character": datasets.ClassLabel(names=FEMNIST_CHARACTERS),
-        "hsf_id": datasets.Value("int64"),
-    })  # fmt: skip
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from hf_fixtures import femnist_features  # the tests' copy of the schema
+
+    features = femnist_features()
 
     def rows():
         for i in range(ROWS):

@@ -26,6 +26,18 @@ def femnist_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return images[rows, 0], labels[rows], writers[order]
 
 
+def femnist_features() -> object:
+    """flwrlabs/femnist's columns (``datasets.Features``)."""
+    import datasets
+
+    return datasets.Features({
+        "image": datasets.Image(),
+        "writer_id": datasets.Value("string"),
+        "character": datasets.ClassLabel(names=FEMNIST_CHARACTERS),
+        "hsf_id": datasets.Value("int64"),
+    })  # fmt: skip
+
+
 def femnist_dataset(images: np.ndarray | None = None) -> object:
     """A ``datasets.Dataset`` in flwrlabs/femnist's schema (PIL 28x28 grey images)."""
     import datasets
@@ -33,12 +45,7 @@ def femnist_dataset(images: np.ndarray | None = None) -> object:
 
     pixels, labels, writers = femnist_rows()
     images = pixels if images is None else images
-    features = datasets.Features({
-        "image": datasets.Image(),
-        "writer_id": datasets.Value("string"),
-        "character": datasets.ClassLabel(names=FEMNIST_CHARACTERS),
-        "hsf_id": datasets.Value("int64"),
-    })  # fmt: skip
+    features = femnist_features()
     return datasets.Dataset.from_dict(
         {
             "image": [Image.fromarray(p, mode="L") for p in images],
