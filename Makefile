@@ -30,10 +30,11 @@ demo: setup
 # Everything (CI). test-fast: the edit loop, without the tests marked slow (real training).
 # ruff and the strict site build go first (a few seconds): a lint error, a broken link or
 # anchor in docs/ fails CI. The tests run in two processes (pytest-xdist; one per core);
-# tests that share an expensive fixture are kept in one process by xdist_group.
+# tests that share an expensive fixture are kept in one process by xdist_group. The 30
+# slowest tests are listed at the end, so every CI log shows where the time goes.
 PYTEST_PROCS ?= 2
 test: setup lint docs-check
-	$(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup
+	$(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup --durations=30
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCS) --dist loadgroup
