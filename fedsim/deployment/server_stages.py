@@ -1,14 +1,15 @@
-"""The server stages of the upload pipeline, run on the driver before ``aggregate``.
+"""The server-side arithmetic of the robust and noise stages (``stages/robust.py``,
+``stages/noise.py``), run on the driver before ``aggregate``.
 
-In order: the anomaly filter (drop updates whose cosine to the round's coordinate-wise
+Here are the anomaly filter (drop updates whose cosine to the round's coordinate-wise
 median update is below ``aggregation.anomaly_cosine``), the robust rule in place of the
 weighted mean (``aggregation.rule``), and central noise (one draw per model sum and round).
 What the algorithm receives is what it always receives, ``WeightedSum`` s: a robust result r
 arrives as a sum of weight W (the kept clients' total) and value r * W, so ``mean()`` is r.
 
-Which sums are means of the model upload comes from ``Algorithm.model_upload(...).sums``;
-every other sum (SCAFFOLD's control variates, FedDyn's drift) is summed over the clients
-that passed the filter, as before.
+Which sums are means of the model upload comes from ``Algorithm.model_upload(...).sums``
+(asked in ``decision.py``); every other sum (SCAFFOLD's control variates, FedDyn's drift)
+is summed over the clients that passed the filter, as before.
 """
 
 from __future__ import annotations
