@@ -63,7 +63,7 @@ class Deployment:
         self.cfg, self.algorithm, self.seed = cfg, algorithm, cfg.seed
         sampled = plan.kind != "buffered"
         self.stages = build_stages(cfg, plan.num_clients, plan.server_cohort, sampled)
-        self.attack = next((s for s in self.stages if isinstance(s, AttackStage)), None)
+        self.attack = self.stage(AttackStage)
         self.individual = any(s.needs_individual for s in self.stages)
         self.need_delta = any(s.needs_delta for s in self.stages)
 
