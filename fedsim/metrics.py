@@ -30,14 +30,53 @@ def summarize_clients(
     }
 
 
+UNSEEN_PREFIX = "unseen/"  # held-out clients' accuracies (eval.holdout_clients)
+GLOBAL_PREFIX = "global/"  # the global model's (eval.model=both)
+GAP_KEY = "participation_gap"  # acc_weighted of the training clients minus the held-out ones'
+
+
+def evaluation_summary(
+    correct: np.ndarray,
+    num_samples: np.ndarray,
+    loss_sum: np.ndarray,
+    held_out: np.ndarray,
+    global_correct: np.ndarray | None = None,
+    global_loss_sum: np.ndarray | None = None,
+) -> dict[str, float]:
+    """A round's accuracies: the training clients' (``summarize_clients``), the held-out
+    clients' as ``unseen/*`` with ``participation_gap`` (seen minus unseen ``acc_weighted``),
+    and the global model's on the training clients as ``global/*``."""
+    held = np.asarray(held_out, dtype=bool)
+    seen = ~held
+    out: dict[str, float] = {}
+    if seen.any():
+        out.update(summarize_clients(correct[seen], num_samples[seen], loss_sum[seen]))
+    if held.any():
+        unseen = summarize_clients(correct[held], num_samples[held], loss_sum[held])
+        out.update({UNSEEN_PREFIX + k: v for k, v in unseen.items()})
+        if seen.any():
+            out[GAP_KEY] = out["acc_weighted"] - unseen["acc_weighted"]
+    if global_correct is not None and seen.any():
+        assert global_loss_sum is not None
+        own = summarize_clients(global_correct[seen], num_samples[seen], global_loss_sum[seen])
+        out.update({GLOBAL_PREFIX + k: v for k, v in own.items()})
+    return out
+
+
 def best_and_final(history: list[dict]) -> dict[str, dict]:
-    """``{"best": ..., "final": ...}`` over evaluated rounds; best by ``acc_weighted``."""
+    """``{"best": ..., "final": ...}`` over evaluated rounds; best by ``acc_weighted``
+    (with the held-out clients' and the global model's accuracies of those rounds)."""
     evaluated = [h for h in history if "acc_weighted" in h]
     if not evaluated:
         return {"best": {}, "final": {}}
-    pick = ("round", *SUMMARY_KEYS)
+    extra = [
+        k
+        for k in evaluated[-1]
+        if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX))
+    ]
+    pick = ("round", *SUMMARY_KEYS, *extra)
     best = max(evaluated, key=lambda h: (h["acc_weighted"], -h["round"]))
     return {
-        "best": {k: best[k] for k in pick},
+        "best": {k: best[k] for k in pick if k in best},
         "final": {k: evaluated[-1][k] for k in pick},
     }

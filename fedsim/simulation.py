@@ -19,10 +19,12 @@ from fedsim.algorithms.base import Algorithm, FederationInfo
 from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint
 from fedsim.config import ExperimentConfig
+from fedsim.config.evaluation import holdout_count
 from fedsim.data.build import NATURAL, build_federated_data
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
+from fedsim.data.holdout import hold_out
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
@@ -113,6 +115,7 @@ def federation_info(
     sizes = data.train_sizes()
     epochs = LocalEpochs() if cfg is None else LocalEpochs.from_config(cfg)
     batch_size = 10 if cfg is None else cfg.client.batch_size
+    clusters = data.partition.get("client_clusters")
     return FederationInfo(
         layout=ParamLayout.from_module(module),
         num_clients=data.num_clients,
@@ -123,7 +126,8 @@ def federation_info(
         block_names=list(blocks),
         block_parameters=blocks,
         client_train_indices=[c.train for c in data.clients],
-        client_clusters=data.partition.get("client_clusters"),
+        client_clusters=clusters if clusters is None else clusters[: data.num_clients],
+        newcomer_clusters=clusters if clusters is None else clusters[data.num_clients :],
         partition=str(data.partition.get("name", "")),
         client_epochs=epochs.all(data.num_clients),
         batch_size=batch_size,
@@ -159,6 +163,9 @@ class Simulation:
     def __init__(self, cfg: ExperimentConfig, data: FederatedData | None = None):
         self.cfg = cfg
         self.data = data if data is not None else build_data(cfg)
+        # eval.holdout_clients: the federation is the rest; held-out clients follow it
+        held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
+        self.data = hold_out(self.data, held, cfg.seed)
         torch.manual_seed(cfg.seed)
         template = build_client_model(
             cfg.model.name, cfg.model.args, model_kwargs(cfg, self.data),
@@ -205,6 +212,9 @@ class Simulation:
             optimizer=self.plan.optimizer,
             clip_grad_norm=c.clip_grad_norm,
             bf16=c.precision == "bf16-mixed",
+            eval_model=cfg.eval.model,
+            eval_after_training=cfg.eval.when == "after_training",
+            finetune_epochs=cfg.eval.finetune_epochs,
         )
 
     def sample_cohort(self, round_idx: int) -> list[int]:
@@ -226,7 +236,7 @@ class Simulation:
         With ``run_dir`` and ``checkpoint_every`` > 0, checkpoints go to ``run_dir``; with
         ``resume``, the run continues from that checkpoint (its rounds replayed to the sinks).
         """
-        num_classes = (self.data.class_counts("train") > 0).sum(axis=1)
+        num_classes = (self.data.class_counts("train", newcomers=True) > 0).sum(axis=1)
         loop = RoundLoop(
             self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
             self.sample_cohort, self.plan.lr,

@@ -30,6 +30,7 @@ CLIP_COUNT_TAG = 20  # adaptive clipping's noisy count
 DISPATCH_TAG = 0xA5C  # who fills a free slot (buffered rounds)
 SPEED_TAG = 0x5BEED  # the clients' speeds (asynchronous.speeds)
 DROPOUT_TAG = 0x0D0F  # a dispatched client dropping out
+HOLDOUT_TAG = 0x4E3C  # which clients are held out (eval.holdout_clients)
 GRADIENT_SUBSET_KIND = 1  # a gradient task's sample subset
 PROBE_TRAIN_KIND = 2  # an algorithm's extra training pass (probe.train)
 PROBE_BATCHES_KIND = 3  # an algorithm's own minibatches (probe.batches)
@@ -49,6 +50,7 @@ FEDREP_HEAD_KEY = 17
 FEDBABU_FINETUNE_KEY = 19
 LOOP_BATCHES_KEY = 21  # APFL, Per-FedAvg, pFedMe's own loops
 PERFEDAVG_EVAL_KEY = 23
+NEWCOMER_FINETUNE_KEY = 29  # a held-out client adapting to the federation's model
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ STREAMS = _streams(
     ("relabel", "fedsim.data.heterogeneity", "numpy", ("seed", RELABEL_TAG)),
     ("clustered", "fedsim.data.heterogeneity", "numpy", ("seed", CLUSTERED_TAG)),
     ("max_samples", "fedsim.data.federated", "numpy", (0, MAX_SAMPLES_TAG)),
+    ("holdout", "fedsim.data.holdout", "numpy", ("seed", HOLDOUT_TAG)),
     ("model_init", "fedsim.simulation", "torch-raw", ("seed",)),
     ("cohort", "fedsim.simulation", "numpy", ("seed", "round", COHORT_TAG)),
     ("dispatch", "fedsim.rounds.schedule", "numpy", ("seed", DISPATCH_TAG, "step")),

@@ -39,6 +39,7 @@ from fedsim.algorithms.seam import (  # re-exported: the seam's names live here 
     ExchangeRound,
     FederationInfo,
     ModelUpload,
+    NewcomerRule,
     RoundReport,
     ServerState,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "ExchangeRound",
     "FederationInfo",
     "ModelUpload",
+    "NewcomerRule",
     "RoundReport",
     "ServerState",
     "WeightedSum",
@@ -167,6 +169,23 @@ class Algorithm:
         plan = self.client_start(broadcast, payload, client_state, client)
         return plan.train_params if plan.eval_params is None else plan.eval_params
 
+    # --- held-out clients (eval.holdout_clients) and the global model (eval.model) ---
+    # how a client that never trained is served: declared by every algorithm in its own
+    # file (docs/algorithms.md lists them); the default is the global model as it is
+    newcomer: ClassVar[NewcomerRule] = NewcomerRule(
+        "the global model as it is", "one model serves every client"
+    )
+    # whether ``global_params`` is one model any client could use (eval.model=global|both)
+    has_global_model: ClassVar[bool] = True
+
+    def newcomer_payload(self, state: ServerState) -> dict[str, Any]:
+        """What a held-out client downloads beside the broadcast (default: none)."""
+        return {}
+
+    def global_params(self, broadcast: dict[str, Any]) -> torch.Tensor:
+        """The federation's global model from the round's broadcast (``has_global_model``)."""
+        return broadcast["params"]
+
     def figures(
         self, state: ServerState, client_states: ClientStates, round_idx: int
     ) -> list[Figure]:
@@ -191,6 +210,31 @@ class Algorithm:
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate()
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The parameters a held-out client evaluates with, by the ``newcomer`` rule
+        (``client.probe`` on its own data; ``finetune_epochs``: eval.finetune_epochs). It
+        keeps nothing: the federation never sees what a newcomer did. Default: the global
+        model."""
+        return self.global_params(broadcast)
+
+    def kept_params(
+        self,
+        plan: ClientPlan,
+        trained: torch.Tensor,
+        update: ClientUpdate,
+        client: ClientInfo,
+    ) -> torch.Tensor:
+        """The model a client keeps after its round's training (eval.when=after_training):
+        default the main pass's result (before any upload step); an algorithm whose client
+        keeps another model (Ditto's personal one) says which."""
+        return trained
 
     def model_upload(self, client: ClientInfo) -> ModelUpload | None:
         """The model update ``client`` uploads this round (None: none; then the deployment

@@ -119,12 +119,27 @@ class FederationInfo:
     block_parameters: dict[str, list[str]]  # block -> parameter names
     client_train_indices: list[np.ndarray] = field(default_factory=list)  # into the dataset
     client_clusters: list[int] | None = None  # true cluster per client (relabel, rotation...)
+    # the held-out clients' true clusters (eval.holdout_clients; ids num_clients.. in order)
+    newcomer_clusters: list[int] | None = None
     partition: str = ""  # how clients got their data (data.partition.name, or natural)
     client_epochs: list[int] = field(default_factory=list)  # local epochs of each client
     batch_size: int = 10  # client.batch_size (local steps: epochs x ceil(n_k / batch_size))
     buffer_names: list[str] = field(default_factory=list)  # float buffers (no gradient)
     # parameters and float buffers of the BatchNorm layers (FedBN keeps them on the client)
     batchnorm_names: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NewcomerRule:
+    """How an algorithm serves a client that never trained (``eval.holdout_clients``): the
+    model it evaluates with, in words, and where the rule comes from (the paper, PFLlib, or
+    fedsim's choice). ``adapts``: the rule trains or measures on the newcomer's own train
+    split. ``refused``: why the algorithm cannot serve a newcomer ("": it can)."""
+
+    rule: str
+    source: str
+    adapts: bool = False
+    refused: str = ""
 
 
 @dataclass

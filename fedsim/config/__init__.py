@@ -2,6 +2,7 @@
 
 - ``sections.py``: data, model, client, runtime, algorithm and tracking sections;
 - ``deployment.py`` / ``asynchronous.py``: the deployment options and asynchronous rounds;
+- ``evaluation.py``: the ``eval`` section (held-out clients, which model, when);
 - ``experiment.py``: ``ExperimentConfig``, the run's own keys and one of each section;
 - ``build.py``: a nested dict (YAML + overrides, ``yaml_io.py``) into an ExperimentConfig.
 
@@ -17,6 +18,7 @@ from fedsim.config.deployment import (
     CompressionConfig,
     PrivacyConfig,
 )
+from fedsim.config.evaluation import EvalConfig
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.sections import (
     AlgorithmConfig,
@@ -39,6 +41,7 @@ __all__ = [
     "ClientConfig",
     "CompressionConfig",
     "DataConfig",
+    "EvalConfig",
     "ExperimentConfig",
     "ModelConfig",
     "PartitionConfig",

@@ -105,6 +105,7 @@ DEPENDENT: list[Rule] = [
     ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
     ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),
     ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
+    ("eval.finetune_epochs", "eval.holdout_clients", lambda v: v > 0, "a count or fraction > 0"),
     *[
         (f"tracking.wandb.{key}", "tracking.wandb.enabled", lambda v: v is True, "true")
         for key in ("project", "entity", "group", "tags", "mode", "max_client_series", "params")

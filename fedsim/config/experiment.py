@@ -8,6 +8,7 @@ from typing import Any
 
 from fedsim.checks import checked
 from fedsim.config.asynchronous import AsyncConfig
+from fedsim.config.evaluation import EvalConfig
 from fedsim.config.deployment import (
     AggregationConfig,
     AttackConfig,
@@ -59,6 +60,7 @@ class ExperimentConfig:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (the resolved config.yaml); algorithm params inlined."""

@@ -37,6 +37,8 @@ class FederatedData:
     clients: list[ClientSplit]
     partition: dict[str, Any] = field(default_factory=dict)
     server_samples: int = 0  # samples at the end of `dataset` that no client holds
+    # held-out clients (eval.holdout_clients): they never train; client ids num_clients..
+    newcomers: list[ClientSplit] = field(default_factory=list)
 
     def with_server_samples(
         self, extra: Dataset, indices: np.ndarray | None = None
@@ -55,33 +57,50 @@ class FederatedData:
         merged = ds.concat(extra.subset(chosen))
         added = np.arange(len(ds), len(ds) + len(chosen), dtype=np.int64)
         total = self.server_samples + len(chosen)
-        return FederatedData(merged, self.clients, dict(self.partition), total), added
+        merged_data = FederatedData(merged, self.clients, dict(self.partition), total, self.newcomers)
+        return merged_data, added
 
     @property
     def num_clients(self) -> int:
-        """Number of clients."""
+        """Number of clients of the federation (the held-out ones not counted)."""
         return len(self.clients)
+
+    @property
+    def everyone(self) -> list[ClientSplit]:
+        """Every client's split: the federation's, then the held-out ones (ids in order)."""
+        return [*self.clients, *self.newcomers]
+
+    def split(self, client: int) -> ClientSplit:
+        """Client ``client``'s split (a held-out client's from ``num_clients`` on)."""
+        return self.clients[client] if client < len(self.clients) else self.newcomers[
+            client - len(self.clients)
+        ]
 
     @property
     def num_classes(self) -> int:
         """Number of classes of the dataset."""
         return self.dataset.num_classes
 
-    def train_sizes(self) -> np.ndarray:
-        """Training samples per client, shape (num_clients,)."""
-        return np.array([len(c.train) for c in self.clients], dtype=np.int64)
+    def train_sizes(self, newcomers: bool = False) -> np.ndarray:
+        """Training samples per client, shape (num_clients,) (``newcomers``: held-out clients
+        after them)."""
+        clients = self.everyone if newcomers else self.clients
+        return np.array([len(c.train) for c in clients], dtype=np.int64)
 
-    def test_sizes(self) -> np.ndarray:
-        """Test samples per client, shape (num_clients,)."""
-        return np.array([len(c.test) for c in self.clients], dtype=np.int64)
+    def test_sizes(self, newcomers: bool = False) -> np.ndarray:
+        """Test samples per client, shape (num_clients,) (``newcomers``: held-out after)."""
+        clients = self.everyone if newcomers else self.clients
+        return np.array([len(c.test) for c in clients], dtype=np.int64)
 
-    def class_counts(self, split: str = "train") -> np.ndarray:
-        """Samples per client and class, shape (num_clients, num_classes); split train/test/all."""
+    def class_counts(self, split: str = "train", newcomers: bool = False) -> np.ndarray:
+        """Samples per client and class, shape (num_clients, num_classes); split train/test/all
+        (``newcomers``: held-out clients' rows after them)."""
         if split not in SPLITS:
             raise ValueError(f"split={split!r}: allowed: {', '.join(SPLITS)}")
         labels, k = self.dataset.labels, self.num_classes
-        counts = np.zeros((self.num_clients, k), dtype=np.int64)
-        for i, client in enumerate(self.clients):
+        clients = self.everyone if newcomers else self.clients
+        counts = np.zeros((len(clients), k), dtype=np.int64)
+        for i, client in enumerate(clients):
             indices = client.all if split == "all" else getattr(client, split)
             counts[i] = np.bincount(labels[indices], minlength=k)
         return counts
@@ -93,8 +112,9 @@ class FederatedData:
 
     def partition_summary(self) -> dict[str, Any]:
         """JSON-ready per-client sizes and class counts plus summary statistics."""
-        train_counts, test_counts = self.class_counts("train"), self.class_counts("test")
-        train, test = self.train_sizes(), self.test_sizes()
+        train_counts = self.class_counts("train", newcomers=True)
+        test_counts = self.class_counts("test", newcomers=True)
+        train, test = self.train_sizes(newcomers=True), self.test_sizes(newcomers=True)
         classes_held = ((train_counts + test_counts) > 0).sum(axis=1)
         clients = [
             {
@@ -103,8 +123,9 @@ class FederatedData:
                 "test": int(test[i]),
                 "train_class_counts": train_counts[i].tolist(),
                 "test_class_counts": test_counts[i].tolist(),
+                **({"held_out": True} if i >= self.num_clients else {}),
             }
-            for i in range(self.num_clients)
+            for i in range(len(train))
         ]
 
         def stat(values: np.ndarray, reduce: Any) -> float:
@@ -126,7 +147,8 @@ class FederatedData:
         }
         return {
             "dataset": self.dataset.name,
-            "num_clients": self.num_clients,
+            "num_clients": len(train),  # held-out clients included (ids num_clients..)
+            **({"held_out": list(range(self.num_clients, len(train)))} if self.newcomers else {}),
             "num_classes": self.num_classes,
             "num_samples": len(self.dataset.labels) - self.server_samples,
             "server_samples": self.server_samples,

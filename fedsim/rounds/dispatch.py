@@ -2,7 +2,8 @@
 the results.
 
 ``dispatch`` builds one ``ClientTask`` per client (its payload and private state from the
-server state and the store; evaluate and/or train), lets the caller attach what the
+server state and the store; evaluate and/or train; a held-out client, from
+``federation.num_clients`` on, is evaluated as a newcomer with no state), lets the caller attach what the
 deployment decides (``prepare``), counts what the trained clients download, and runs the
 tasks through ``Executor.run_round``. Results come back ordered by client, so nothing
 depends on which worker ran which client.
@@ -47,6 +48,7 @@ def dispatch(
     from ``state`` (see the module docstring)."""
     evaluated, trained = set(evaluate), set(train)
     broadcast = algorithm.broadcast(state)
+    members = algorithm.federation.num_clients  # ids from here on: held-out clients
     tasks = [
         ClientTask(
             client=c,
@@ -54,6 +56,15 @@ def dispatch(
             state=store.get(c),
             evaluate=c in evaluated,
             train=c in trained,
+        )
+        if c < members
+        else ClientTask(
+            client=c,
+            payload=algorithm.newcomer_payload(state),
+            state=None,
+            evaluate=True,
+            train=False,
+            newcomer=True,
         )
         for c in sorted(evaluated | trained)
     ]

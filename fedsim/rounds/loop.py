@@ -9,9 +9,11 @@ once the round is committed, like Ctrl-C, and the summary says ``stopped``. A ru
 raises says ``failed``, with the error line and the rounds completed. The loop never asks
 which kind it runs.
 
-Evaluation follows PFLlib: in an evaluation round every client evaluates the model it
-received (personalized where the algorithm personalizes) on its own test split, before it
-trains. Round ``rounds`` is a final evaluation-only round after the last aggregation.
+Evaluation follows PFLlib by default: in an evaluation round every client evaluates the model
+it received (personalized where the algorithm personalizes) on its own test split, before it
+trains (``eval.when=after_training``: a client that trains is evaluated on the model it keeps);
+held-out clients (``eval.holdout_clients``) are evaluated as newcomers. Round ``rounds`` is a
+final evaluation-only round after the last aggregation.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class RoundLoop:
         schedule; a module's own optimizer sets its own base)."""
         self.cfg, self.algorithm, self.kind, self.deployment = cfg, algorithm, kind, deployment
         self.lr = LearningRate.from_config(cfg) if lr is None else lr
-        self.num_classes = num_classes  # classes each client holds (clients.csv)
+        self.num_classes = num_classes  # classes each client holds (clients.csv; held-out too)
         self.sample_cohort = sample_cohort
         self.num_clients = len(num_classes)
         self.interrupted: Interruption | None = None
@@ -66,8 +68,11 @@ class RoundLoop:
         cfg = self.cfg
         training = round_idx < cfg.rounds
         evaluating = round_idx % cfg.eval_every == 0 or round_idx == cfg.rounds
+        members = self.algorithm.federation.num_clients  # then the held-out clients
         evaluated = [
-            c for c in range(self.num_clients) if evaluating and self.algorithm.evaluates(c)
+            c
+            for c in range(self.num_clients)
+            if evaluating and (c >= members or self.algorithm.evaluates(c))
         ]
         cohort = self.sample_cohort(round_idx) if training else []
         return RoundPlan(round_idx, training, frozenset(evaluated), frozenset(cohort))

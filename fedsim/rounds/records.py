@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import ClientFailureError
-from fedsim.metrics import summarize_clients
+from fedsim.metrics import evaluation_summary
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.tracking.base import ClientRow, RoundRecord
 
@@ -68,13 +68,18 @@ def round_summary(
 ) -> dict[str, Any]:
     """metrics.jsonl's line for a round: accuracies, train loss, counts and timings."""
     summary: dict[str, Any] = {}
-    evaluated = [c.evaluation for c in results if c.evaluation is not None]
+    evaluated = [c for c in results if c.evaluation is not None]
     if evaluated:
+        both = all(c.global_evaluation is not None for c in evaluated if not c.held_out)
+        globals_ = [c.global_evaluation for c in evaluated] if both else None
         summary.update(
-            summarize_clients(
-                np.array([e.correct for e in evaluated]),
-                np.array([e.num_samples for e in evaluated]),
-                np.array([e.loss_sum for e in evaluated]),
+            evaluation_summary(
+                np.array([c.evaluation.correct for c in evaluated]),
+                np.array([c.evaluation.num_samples for c in evaluated]),
+                np.array([c.evaluation.loss_sum for c in evaluated]),
+                np.array([c.held_out for c in evaluated]),
+                None if globals_ is None else np.array([0 if g is None else g.correct for g in globals_]),
+                None if globals_ is None else np.array([0 if g is None else g.loss_sum for g in globals_]),
             )
         )
     losses = [c.train_loss for c in results if c.train_loss is not None and not c.failed]
@@ -109,6 +114,7 @@ def round_record(
     """
     record = RoundRecord(round=round_idx, summary=summary)
     shares = aggregation_shares(results) if weights is None else weights
+    held_out = any(c.held_out for c in results)  # the column: runs with held-out clients
     record.clients = [
         ClientRow(
             client=c.client,
@@ -119,6 +125,10 @@ def round_record(
             classes=int(num_classes[c.client]),
             weight=shares.get(c.client),
             train=dict(c.logged) or None,
+            held_out=c.held_out if held_out else None,
+            global_accuracy=None
+            if c.global_evaluation is None
+            else c.global_evaluation.correct / max(c.global_evaluation.num_samples, 1),
         )
         for c in results
         if c.evaluation is not None

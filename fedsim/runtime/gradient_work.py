@@ -45,7 +45,7 @@ def task_samples(
     worker: ClientWorker, round_idx: int, task: GradientTask | CurvatureTask, kind: int
 ) -> np.ndarray:
     """The task's samples: its indices (else the train split), a seeded subset if asked."""
-    samples = worker.data.clients[task.client].train if task.indices is None else task.indices
+    samples = worker.data.split(task.client).train if task.indices is None else task.indices
     samples = np.asarray(samples, dtype=np.int64)
     if task.num_samples is not None and task.num_samples < len(samples):
         rng = np.random.default_rng([worker.spec.seed, round_idx, task.client, kind, task.key])

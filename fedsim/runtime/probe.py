@@ -35,7 +35,7 @@ class WorkerProbe:
         """``worker``: the ``ClientWorker`` (its module, flat buffer, data, spec)."""
         self.worker, self.client, self.round_idx = worker, client, round_idx
         self.logged: dict[str, float] = {}  # what labelled extra passes recorded (train/...)
-        split = worker.data.clients[client]
+        split = worker.data.split(client)
         self.train_indices, self.test_indices = split.train, split.test
 
     def evaluate(self, params: torch.Tensor, indices: np.ndarray | None = None) -> EvalResult:

@@ -74,6 +74,9 @@ class WorkerSpec:
     clip_grad_norm: float | None = None  # client.clip_grad_norm: every local step's gradient
     bf16: bool = False  # client.precision=bf16-mixed
     model_args: dict[str, Any] = field(default_factory=dict)  # model.args (the constructor's)
+    eval_model: str = "personal"  # eval.model: personal | global | both
+    eval_after_training: bool = False  # eval.when=after_training: a trained client's kept model
+    finetune_epochs: int = 1  # eval.finetune_epochs: a held-out client's adaptation
 
 
 @dataclass
@@ -84,6 +87,7 @@ class ClientTask:
     evaluate: bool
     train: bool
     upload: UploadJob | None = None  # what the deployment options do to it (None: nothing)
+    newcomer: bool = False  # a held-out client: evaluated by the algorithm's newcomer rule
 
 
 Task = ClientTask | GradientTask | CurvatureTask
@@ -104,6 +108,8 @@ class ClientResult:
     upload: UploadReport | None = None  # what the deployment client stages did
     sum_seconds: float = 0.0  # adding its update into the worker's weighted sums
     logged: dict[str, float] = field(default_factory=dict)  # the module's self.log, per name
+    held_out: bool = False  # a held-out client's evaluation (eval.holdout_clients)
+    global_evaluation: EvalResult | None = None  # eval.model=both: the global model's
 
 
 @dataclass
@@ -134,8 +140,8 @@ class ClientWorker:
         self.flat, self.layout = bind_flat_parameters(module)  # on self.device
         self.vmappable = vmappable(module)  # stacked gradient tasks batch their entries
         self.algorithm = spec.algorithm
-        self.class_counts = data.class_counts("train")
-        self.train_sizes = data.train_sizes()
+        self.class_counts = data.class_counts("train", newcomers=True)
+        self.train_sizes = data.train_sizes(newcomers=True)
 
     def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> WorkerResult:
         """Run each task in order; client tasks reduce into one partial aggregate."""
@@ -172,7 +178,7 @@ class ClientWorker:
         if task.stack is not None:
             return stacked_gradients(self, round_idx, broadcast, task)
         self.flat.copy_(broadcast["params"] if task.params is None else task.params)
-        samples = self.data.clients[task.client].train if task.indices is None else task.indices
+        samples = self.data.split(task.client).train if task.indices is None else task.indices
         samples = np.asarray(samples, dtype=np.int64)
         if task.num_samples is not None and task.num_samples < len(samples):
             rng = np.random.default_rng(
@@ -219,19 +225,20 @@ class ClientWorker:
     ) -> ClientResult:
         """Evaluate and/or train one client: the algorithm's ``client_start``, the main
         pass, the task's upload steps, ``client_finish``, and its sums into ``sums``."""
-        split = self.data.clients[task.client]
+        split = self.data.split(task.client)
         info = self._client_info(round_idx, task)
+        if task.newcomer:
+            return self._serve_newcomer(broadcast, task, info)
         plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         out = ClientResult(client=task.client)
         eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
-        if task.evaluate:
-            began = time.perf_counter()
-            out.evaluation = self._evaluate(eval_params, split.test)
-            out.eval_seconds = time.perf_counter() - began
+        in_place = None  # the parameters evaluation left in the module
+        if task.evaluate and not (task.train and self.spec.eval_after_training):
+            in_place = self._evaluate_client(out, broadcast, eval_params, split.test)
         if not task.train:
             return out
         began = time.perf_counter()
-        if not (task.evaluate and eval_params is plan.train_params):
+        if in_place is not plan.train_params:
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
         trained = self._main_pass(round_idx, task, plan)
         plan.optimizer_state = trained.optimizer_state
@@ -240,10 +247,13 @@ class ClientWorker:
         out.train_seconds = time.perf_counter() - began
         if not trained.finite or not all_finite(self.flat):
             out.failed = True  # left out of the aggregate; its state stays as before
+            if task.evaluate and self.spec.eval_after_training:  # it keeps what it received
+                self._evaluate_client(out, broadcast, eval_params, split.test)
             return out
         uploaded = self._trained_params()
         if plan.frozen:  # float buffers (BatchNorm statistics) of the frozen part too
             keep_frozen(uploaded, plan.train_params, self.layout, plan.frozen)
+        trained_model = uploaded.clone() if self.spec.eval_after_training else uploaded
         job = task.upload
         if job is not None and job.model is not None:
             uploaded, out.upload = run_client_steps(
@@ -259,11 +269,51 @@ class ClientWorker:
                 out.failed = True  # as a non-finite main pass: left out, state unchanged
                 return out
         self._add_update(out, update, job, sums)
+        if task.evaluate and self.spec.eval_after_training:
+            kept = self.algorithm.kept_params(plan, trained_model, update, info)
+            self._evaluate_client(out, broadcast, kept, split.test)
+        return out
+
+    def _evaluate_client(
+        self,
+        out: ClientResult,
+        broadcast: dict[str, Any],
+        params: torch.Tensor,
+        test: np.ndarray,
+    ) -> torch.Tensor:
+        """``out``'s evaluation of ``params`` (eval.model: and/or the global model's) on the
+        client's ``test`` split; returns the parameters left in the module."""
+        began = time.perf_counter()
+        model = self.spec.eval_model
+        in_place = params
+        if model != "personal":  # first: the personal model's stay in place for training
+            in_place = self.algorithm.global_params(broadcast)
+            out.global_evaluation = self._evaluate(in_place, test)
+        if model != "global":
+            out.evaluation = self._evaluate(params, test)
+            in_place = params
+        else:
+            out.evaluation, out.global_evaluation = out.global_evaluation, None
+        out.eval_seconds += time.perf_counter() - began
+        return in_place
+
+    def _serve_newcomer(
+        self, broadcast: dict[str, Any], task: ClientTask, info: ClientInfo
+    ) -> ClientResult:
+        """A held-out client: the algorithm's newcomer rule on its own data, evaluated on its
+        test split; nothing it did leaves the worker but the evaluation."""
+        began = time.perf_counter()
+        params = self.algorithm.newcomer_params(
+            broadcast, task.payload, info, self.spec.finetune_epochs
+        )
+        out = ClientResult(client=task.client, held_out=True)
+        out.evaluation = self._evaluate(params, self.data.split(task.client).test)
+        out.eval_seconds = time.perf_counter() - began
         return out
 
     def _client_info(self, round_idx: int, task: ClientTask) -> ClientInfo:
         client = task.client
-        counts = self.class_counts[client]
+        counts = self.class_counts[client]  # held-out clients' too
         flipped = task.upload is not None and task.upload.flips_labels
         return ClientInfo(
             client=client,
@@ -273,7 +323,8 @@ class ClientWorker:
             class_counts=counts[::-1].copy() if flipped else counts,
             round=round_idx,
             probe=WorkerProbe(self, client, round_idx),
-            evaluates=task.evaluate,
+            # evaluated after training: an evaluation-only personalization waits for it
+            evaluates=task.evaluate and not (task.train and self.spec.eval_after_training),
             trains=task.train,
         )
 
@@ -288,7 +339,7 @@ class ClientWorker:
             return train_client(
                 self.module,
                 LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
-                self.data.clients[client].train
+                self.data.split(client).train
                 if plan.train_indices is None
                 else plan.train_indices,
                 epochs=self.spec.epochs.of(client) if plan.epochs is None else plan.epochs,

@@ -17,6 +17,8 @@ class ClientRow:
     classes: int  # classes present in the client's training data
     weight: float | None = None  # its share of this round's aggregate (None: did not train)
     attacked: bool | None = None  # an attacker (attack.kind set; None: no attack configured)
+    held_out: bool | None = None  # never trained (eval.holdout_clients set; else None)
+    global_accuracy: float | None = None  # the global model's (eval.model=both; else None)
     # what the module logged with self.log in training_step (mean over the client's steps);
     # clients.csv writes each as a column train/<name>
     train: dict[str, float] | None = None

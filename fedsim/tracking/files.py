@@ -31,6 +31,11 @@ class FileSink(Sink):
         fields = [f.name for f in dataclasses.fields(ClientRow) if f.name != "train"]
         if (config.get("attack") or {}).get("kind", "none") == "none":
             fields.remove("attacked")  # the column exists in runs with an attack only
+        evaluation = config.get("eval") or {}
+        if not evaluation.get("holdout_clients"):
+            fields.remove("held_out")  # in runs with held-out clients only
+        if evaluation.get("model", "personal") != "both":
+            fields.remove("global_accuracy")  # in runs that evaluate both models only
         self._fields = fields
         self._writer = None  # the header waits for the first round: it names what was logged
 

@@ -60,6 +60,8 @@ CLIENT_COLUMNS: dict[str, Any] = {
     "classes": int,
     "weight": float,  # empty: the client did not train that round
     "attacked": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with an attack only
+    "held_out": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with held-out clients
+    "global_accuracy": float,  # runs with eval.model=both
 }  # and train/<name>: what the module logged (numbers)
 
 

@@ -1,0 +1,61 @@
+"""The ``eval`` section: how clients are judged (who, with which model, and when).
+
+``holdout_clients``: clients that never train and are never sampled; at every evaluation
+each algorithm serves them as a newcomer by its own rule (``docs/algorithms.md``), and the
+round reports ``unseen/acc_*`` and ``participation_gap`` beside the usual accuracies.
+``model``: the personalized model (today's), the global one, or both. ``when``: on the model
+a client receives (PFLlib), or on the one it keeps after the round's local training
+(FL-bench).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedsim.checks import checked
+from fedsim.errors import ConfigError
+
+EVAL_MODELS = ("personal", "global", "both")
+EVAL_TIMES = ("start", "after_training")
+
+
+def _holdout_ok(value: float) -> bool:
+    """0, a fraction in (0, 1), or a whole count >= 1."""
+    return value == 0 or 0 < value < 1 or (value >= 1 and float(value).is_integer())
+
+
+@dataclass
+class EvalConfig:
+    """``eval``: held-out clients, the model evaluated, and when (see the module doc)."""
+
+    holdout_clients: float = checked(  # clients that never train: a count (>= 1) or a fraction
+        0, _holdout_ok, "must be 0, a fraction in (0, 1), or a whole count >= 1"
+    )
+    finetune_epochs: int = checked(  # epochs a newcomer adapts on its own train split
+        1, lambda v: v >= 0, "must be >= 0"
+    )
+    model: str = checked(  # personal (the model a client uses) | global | both
+        "personal", lambda v: v in EVAL_MODELS, f"allowed: {', '.join(EVAL_MODELS)}"
+    )
+    when: str = checked(  # start (the model received) | after_training (the model kept)
+        "start", lambda v: v in EVAL_TIMES, f"allowed: {', '.join(EVAL_TIMES)}"
+    )
+
+
+def holdout_count(value: float, num_clients: int) -> int:
+    """How many of ``num_clients`` clients ``eval.holdout_clients=value`` holds out
+    (a fraction rounds to the nearest count, at least 1); ConfigError unless at least one
+    client is left to train."""
+    count = int(value) if value >= 1 else max(1, round(value * num_clients)) if value else 0
+    if count >= num_clients:
+        shown = f"{value} ({count} clients)" if value < 1 else value
+        raise ConfigError(
+            "eval.holdout_clients",
+            shown,
+            f"leaves no client to train among data.num_clients={num_clients}; hold out at "
+            f"most {num_clients - 1}",
+        )
+    return count
+
+
+__all__ = ["EVAL_MODELS", "EVAL_TIMES", "EvalConfig", "holdout_count"]

@@ -1,0 +1,57 @@
+"""Held-out clients (``eval.holdout_clients``): drawn by the seed, they never train.
+
+The federation keeps the other clients in their order as clients ``0..M-1``, so every
+algorithm sees a federation of ``M`` clients exactly as a run of ``M`` clients would; the
+held-out ones follow as clients ``M..N-1`` (``FederatedData.newcomers``), evaluated as
+newcomers. partition.json lists every client under its run id, with ``held_out`` marked,
+and ``partition.holdout`` records each run id's place in the partition as drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fedsim.data.federated import FederatedData
+from fedsim.streams import HOLDOUT_TAG
+
+
+def held_out_ids(num_clients: int, count: int, seed: int) -> list[int]:
+    """Which ``count`` of the partition's ``num_clients`` clients are held out (sorted)."""
+    if count == 0:
+        return []
+    rng = np.random.default_rng([seed, HOLDOUT_TAG])
+    return sorted(rng.choice(num_clients, size=count, replace=False).tolist())
+
+
+def hold_out(data: FederatedData, count: int, seed: int) -> FederatedData:
+    """``data`` with ``count`` clients drawn by ``seed`` moved to ``newcomers`` (the others
+    renumbered in order; per-client partition records follow them). ``data`` when 0."""
+    if count == 0 or data.newcomers:
+        return data
+    held = held_out_ids(data.num_clients, count, seed)
+    kept = [c for c in range(data.num_clients) if c not in set(held)]
+    order = kept + held  # run id -> the partition's client id
+    partition = reorder_records(data.partition, order)
+    partition["holdout"] = {"partition_ids": order, "held_out": len(held)}
+    return dataclasses.replace(
+        data,
+        clients=[data.clients[c] for c in kept],
+        newcomers=[data.clients[c] for c in held],
+        partition=partition,
+    )
+
+
+def reorder_records(partition: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    """The partition's per-client lists (true clusters, natural clients' records) in run-id
+    order, each record's ``client`` its run id."""
+    out = dict(partition)
+    if out.get("client_clusters") is not None:
+        out["client_clusters"] = [out["client_clusters"][c] for c in order]
+    if isinstance(out.get("clients"), list) and len(out["clients"]) == len(order):
+        out["clients"] = [
+            {**out["clients"][c], "client": run_id} for run_id, c in enumerate(order)
+        ]
+    return out
