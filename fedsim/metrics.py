@@ -70,9 +70,7 @@ def best_and_final(history: list[dict]) -> dict[str, dict]:
     if not evaluated:
         return {"best": {}, "final": {}}
     extra = [
-        k
-        for k in evaluated[-1]
-        if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX))
+        k for k in evaluated[-1] if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX))
     ]
     pick = ("round", *SUMMARY_KEYS, *extra)
     best = max(evaluated, key=lambda h: (h["acc_weighted"], -h["round"]))

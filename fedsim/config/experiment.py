@@ -8,13 +8,13 @@ from typing import Any
 
 from fedsim.checks import checked
 from fedsim.config.asynchronous import AsyncConfig
-from fedsim.config.evaluation import EvalConfig
 from fedsim.config.deployment import (
     AggregationConfig,
     AttackConfig,
     CompressionConfig,
     PrivacyConfig,
 )
+from fedsim.config.evaluation import EvalConfig
 from fedsim.config.sections import (
     AlgorithmConfig,
     ClientConfig,

@@ -57,8 +57,8 @@ class FederatedData:
         merged = ds.concat(extra.subset(chosen))
         added = np.arange(len(ds), len(ds) + len(chosen), dtype=np.int64)
         total = self.server_samples + len(chosen)
-        merged_data = FederatedData(merged, self.clients, dict(self.partition), total, self.newcomers)
-        return merged_data, added
+        partition = dict(self.partition)
+        return FederatedData(merged, self.clients, partition, total, self.newcomers), added
 
     @property
     def num_clients(self) -> int:
@@ -72,9 +72,11 @@ class FederatedData:
 
     def split(self, client: int) -> ClientSplit:
         """Client ``client``'s split (a held-out client's from ``num_clients`` on)."""
-        return self.clients[client] if client < len(self.clients) else self.newcomers[
-            client - len(self.clients)
-        ]
+        return (
+            self.clients[client]
+            if client < len(self.clients)
+            else self.newcomers[client - len(self.clients)]
+        )
 
     @property
     def num_classes(self) -> int:

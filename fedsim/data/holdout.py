@@ -51,7 +51,5 @@ def reorder_records(partition: dict[str, Any], order: list[int]) -> dict[str, An
     if out.get("client_clusters") is not None:
         out["client_clusters"] = [out["client_clusters"][c] for c in order]
     if isinstance(out.get("clients"), list) and len(out["clients"]) == len(order):
-        out["clients"] = [
-            {**out["clients"][c], "client": run_id} for run_id, c in enumerate(order)
-        ]
+        out["clients"] = [{**out["clients"][c], "client": run_id} for run_id, c in enumerate(order)]
     return out

@@ -3,10 +3,10 @@ the results.
 
 ``dispatch`` builds one ``ClientTask`` per client (its payload and private state from the
 server state and the store; evaluate and/or train; a held-out client, from
-``federation.num_clients`` on, is evaluated as a newcomer with no state), lets the caller attach what the
-deployment decides (``prepare``), counts what the trained clients download, and runs the
-tasks through ``Executor.run_round``. Results come back ordered by client, so nothing
-depends on which worker ran which client.
+``federation.num_clients`` on, is evaluated as a newcomer with no state), lets the caller
+attach what the deployment decides (``prepare``), counts what the trained clients download,
+and runs the tasks through ``Executor.run_round``. Results come back ordered by client, so
+nothing depends on which worker ran which client.
 """
 
 from __future__ import annotations

@@ -70,16 +70,14 @@ def round_summary(
     summary: dict[str, Any] = {}
     evaluated = [c for c in results if c.evaluation is not None]
     if evaluated:
-        both = all(c.global_evaluation is not None for c in evaluated if not c.held_out)
-        globals_ = [c.global_evaluation for c in evaluated] if both else None
+        results_of = [c.evaluation for c in evaluated]
         summary.update(
             evaluation_summary(
-                np.array([c.evaluation.correct for c in evaluated]),
-                np.array([c.evaluation.num_samples for c in evaluated]),
-                np.array([c.evaluation.loss_sum for c in evaluated]),
+                np.array([e.correct for e in results_of]),
+                np.array([e.num_samples for e in results_of]),
+                np.array([e.loss_sum for e in results_of]),
                 np.array([c.held_out for c in evaluated]),
-                None if globals_ is None else np.array([0 if g is None else g.correct for g in globals_]),
-                None if globals_ is None else np.array([0 if g is None else g.loss_sum for g in globals_]),
+                *global_columns(evaluated),
             )
         )
     losses = [c.train_loss for c in results if c.train_loss is not None and not c.failed]
@@ -98,6 +96,16 @@ def round_summary(
     summary["seconds"] = time.perf_counter() - began
     summary["train_seconds_max_worker"] = max((w.train_seconds for w in worker_results), default=0)
     return summary
+
+
+def global_columns(evaluated: list[ClientResult]) -> tuple[np.ndarray | None, ...]:
+    """The global model's correct counts and loss sums beside the clients' own (eval.model=
+    both; zeros for held-out clients, which have none); (None, None) otherwise."""
+    if any(c.global_evaluation is None for c in evaluated if not c.held_out):
+        return None, None
+    pairs = [(0, 0.0) if g is None else (g.correct, g.loss_sum)
+             for g in (c.global_evaluation for c in evaluated)]  # fmt: skip
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
 def round_record(

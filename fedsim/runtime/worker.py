@@ -339,9 +339,7 @@ class ClientWorker:
             return train_client(
                 self.module,
                 LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
-                self.data.split(client).train
-                if plan.train_indices is None
-                else plan.train_indices,
+                self.data.split(client).train if plan.train_indices is None else plan.train_indices,
                 epochs=self.spec.epochs.of(client) if plan.epochs is None else plan.epochs,
                 batch_size=self.spec.batch_size,
                 generator=torch.Generator().manual_seed(seed),
