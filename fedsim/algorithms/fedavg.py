@@ -27,6 +27,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     ModelUpload,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -43,6 +44,10 @@ class FedAvg(Algorithm):
     """Every client trains the global model; the server steps towards the weighted mean."""
 
     name = "fedavg"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: McMahan et al. 2017: one global model serves every client",
+    )
     Params = FedAvgParams
 
     def __init__(self, params: WeightingParams, federation: FederationInfo):

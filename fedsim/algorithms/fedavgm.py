@@ -10,6 +10,7 @@ by default and ``algorithm.server_lr`` 1.0 (PFLlib's and the paper's). w_k from
 from __future__ import annotations
 
 from fedsim.algorithm_params.fedavgm import FedAvgMParams
+from fedsim.algorithms.base import NewcomerRule
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
 
@@ -19,4 +20,9 @@ class FedAvgM(FedAvg):
     """Clients as FedAvg; the server applies the averaged update through momentum SGD."""
 
     name = "fedavgm"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Hsu et al. 2019: "
+        "FedAvg's one global model (server momentum only changes how it is made)",
+    )
     Params = FedAvgMParams

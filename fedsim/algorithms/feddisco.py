@@ -30,6 +30,7 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -66,6 +67,11 @@ class FedDisco(Algorithm):
     """The global model; the server weights uploads by size and label discrepancy."""
 
     name = "feddisco"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Ye et al. 2023: "
+        "FedAvg's one global model (the weights only change how it is made)",
+    )
     Params = FedDiscoParams
 
     def weights(self, cohort: list[int]) -> np.ndarray:

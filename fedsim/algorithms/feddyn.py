@@ -22,6 +22,7 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -67,6 +68,11 @@ class FedDyn(FedAvg):
     """Dynamic regularization: each client's linear term tracks its drift from the server."""
 
     name = "feddyn"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Acar et al. 2021: "
+        "the server model; a client's own h_i acts only in its training",
+    )
     Params = FedDynParams
 
     def server_optimizer(self) -> ServerOptimizer:

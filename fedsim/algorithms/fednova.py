@@ -26,6 +26,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     ModelUpload,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -37,6 +38,11 @@ class FedNova(Algorithm):
     """Each client's update divided by its local steps; the mean scaled by the mean steps."""
 
     name = "fednova"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Wang et al. 2020: "
+        "FedAvg's one global model (normalized averaging only changes how it is made)",
+    )
     Params = AlgorithmParams
 
     def local_steps(self, plan: ClientPlan, client: ClientInfo) -> int:

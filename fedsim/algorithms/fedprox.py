@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedsim.algorithm_params.fedprox import FedProxParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, NewcomerRule
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
@@ -22,6 +22,11 @@ class FedProx(FedAvg):
     """FedAvg with the proximal term on every client."""
 
     name = "fedprox"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Li et al. 2020: "
+        "FedAvg's one global model (the proximal term acts only in training)",
+    )
     Params = FedProxParams
 
     def client_start(

@@ -44,7 +44,7 @@ import torch
 from fedsim.algorithm_params.aggregation_weights import WeightingParams
 from fedsim.algorithm_params.fedvg import FedVGParams
 from fedsim.algorithms.aggregation_weights import register_scorer
-from fedsim.algorithms.base import ClientProbe, FederationInfo
+from fedsim.algorithms.base import ClientProbe, FederationInfo, NewcomerRule
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
 from fedsim.data.datasets import ImageDataset
@@ -59,6 +59,11 @@ class FedVG(FedAvg):
     """FedAvg training; the server weights clients by inverse validation-gradient norm."""
 
     name = "fedvg"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Devkota et al. 2026: "
+        "FedAvg's one global model (validation weights only change how it is made)",
+    )
     Params = FedVGParams
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsim.algorithm_params.moon import MOONParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate, NewcomerRule
 from fedsim.algorithms.param_views import NamedViews
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
@@ -83,6 +83,11 @@ class MOON(SharedPart):
     """FedAvg with the model-contrastive term against the global and the previous local model."""
 
     name = "moon"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Li, He, Song 2021: "
+        "FedAvg's one global model (the contrastive term acts only in training)",
+    )
     Params = MOONParams
     model_needs = ("features",)  # its objective reads the representation
     own_objective = (

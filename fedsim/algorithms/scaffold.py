@@ -27,6 +27,7 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -73,6 +74,11 @@ class Scaffold(FedAvg):
     """Control variates correct client drift; the server steps x and c."""
 
     name = "scaffold"
+    newcomer = NewcomerRule(
+        "the global model as it is",
+        "the paper's: Karimireddy et al. 2020: "
+        "the server model x (control variates act only in training)",
+    )
     Params = ScaffoldParams
 
     def server_optimizer(self) -> ServerOptimizer:
