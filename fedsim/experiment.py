@@ -133,8 +133,9 @@ def check_experiment(cfg: ExperimentConfig) -> str:
     simulation = Simulation(cfg)
     check_runtime(cfg.runtime)
     data = simulation.data
+    held = f" + {len(data.newcomers)} held out" if data.newcomers else ""
     return (
-        f"config OK: {cfg.algorithm.name} on {cfg.data.name}, {data.num_clients} clients "
+        f"config OK: {cfg.algorithm.name} on {cfg.data.name}, {data.num_clients} clients{held} "
         f"({int(data.train_sizes().sum())} train / {int(data.test_sizes().sum())} test samples), "
         f"{cfg.model.name} with {simulation.initial_params.numel():,} parameters, "
         f"{cfg.rounds} rounds, executor {cfg.runtime.executor}"

@@ -29,6 +29,7 @@ from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
+from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.run_plan import LocalEpochs, OptimizerSettings, resolve_run_plan
@@ -191,6 +192,7 @@ class Simulation:
         # rounds train, chosen once: local | exchange | buffered (fedsim/rounds/compose.py)
         kind = round_kind_name(cfg, self.algorithm)
         check_round_kind(cfg, self.algorithm, kind, self.data.num_clients)
+        check_evaluation(cfg, self.algorithm, kind, self.data)
         self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr)
         self.deployment = Deployment(cfg, self.algorithm, self.plan)
         self.round_kind = build_round_kind(

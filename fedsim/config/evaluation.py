@@ -48,7 +48,7 @@ def holdout_count(value: float, num_clients: int) -> int:
     client is left to train."""
     count = int(value) if value >= 1 else max(1, round(value * num_clients)) if value else 0
     if count >= num_clients:
-        shown = f"{value} ({count} clients)" if value < 1 else value
+        shown = f"{value} ({count} clients)" if value < 1 else int(value)
         raise ConfigError(
             "eval.holdout_clients",
             shown,

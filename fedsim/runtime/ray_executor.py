@@ -70,7 +70,8 @@ class RayExecutor(Executor):
             )
             self._spec = dataclasses.replace(spec, num_threads=self.plan.threads)
             self._epochs = spec.epochs
-            self._train_sizes, self._test_sizes = data.train_sizes(), data.test_sizes()
+            self._train_sizes = data.train_sizes(newcomers=True)  # held-out clients too
+            self._test_sizes = data.test_sizes(newcomers=True)
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
             self._spec_ref = ray.put(self._spec)
             self.runtime_env = plugin_runtime_env(spec, data)

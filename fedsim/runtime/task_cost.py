@@ -23,6 +23,8 @@ def task_cost(
             cost += TRAIN_COST_PER_SAMPLE * epochs.of(task.client) * float(train_sizes[task.client])
         if task.evaluate:
             cost += float(test_sizes[task.client])
+        if task.newcomer:  # its rule may adapt on its train split (about one pass)
+            cost += TRAIN_COST_PER_SAMPLE * float(train_sizes[task.client])
     elif isinstance(task, GradientTask) and task.stack is not None:
         cost += TRAIN_COST_PER_SAMPLE * sum(len(samples) for _, samples in task.at)
     elif isinstance(task, CurvatureTask):
