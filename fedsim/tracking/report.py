@@ -37,6 +37,7 @@ VS_SAMPLES = "client_accuracy_vs_samples.png"
 LABEL_DISTRIBUTION = "label_distribution.png"
 REPORT_PLOTS = (ACCURACY_CURVES, CLIENT_DISTRIBUTION, VS_CLASSES, VS_SAMPLES, LABEL_DISTRIBUTION)
 VS_SIM_TIME = "accuracy_vs_sim_time.png"  # only for runs that log sim_time
+SEEN_VS_UNSEEN = "seen_vs_unseen.png"  # runs with held-out clients or eval.model=both
 
 
 def _pyplot() -> Any:
@@ -117,6 +118,28 @@ def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
         "simulated time (virtual units: samples trained at speed 1)",
         "test accuracy",
         f"{run.label}: accuracy vs simulated time",
+    )
+
+
+def plot_seen_vs_unseen(run: RunData, path: Path) -> Path:
+    """The training clients' accuracy beside the held-out clients' (``unseen/*``; the gap
+    between them is ``participation_gap``) and the global model's (``global/*``), per
+    evaluated round."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    lines = (
+        ("acc_weighted", "trained clients, weighted", "-"),
+        ("acc_worst10", "trained clients, worst 10%", ":"),
+        ("unseen/acc_weighted", "held-out clients, weighted", "-"),
+        ("unseen/acc_worst10", "held-out clients, worst 10%", ":"),
+        ("global/acc_weighted", "global model, trained clients", "--"),
+    )
+    for key, label, style in lines:
+        x, y = run.series(key)
+        if len(x):
+            ax.plot(x, y, style, marker="o" if len(x) <= 30 else None, ms=3, label=label)
+    return _save_accuracy_axes(
+        fig, ax, path, "round", "test accuracy", f"{run.label}: seen vs unseen clients"
     )
 
 
@@ -202,7 +225,10 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
         ]
         if any("sim_time" in m for m in run.metrics):
             written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
+        if any("unseen/acc_weighted" in m or "global/acc_weighted" in m for m in run.metrics):
+            written.append(plot_seen_vs_unseen(run, plots / SEEN_VS_UNSEEN))
     for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
         print(f"fedsim: warning: plots of {run.run_dir}: {message}", file=sys.stderr)
-    written += sorted(p for p in plots.glob("*.png") if p.name not in (*REPORT_PLOTS, VS_SIM_TIME))
+    drawn = (*REPORT_PLOTS, VS_SIM_TIME, SEEN_VS_UNSEEN)
+    written += sorted(p for p in plots.glob("*.png") if p.name not in drawn)
     return written

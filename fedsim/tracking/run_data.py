@@ -25,11 +25,15 @@ class RunData:
 
     run_dir: Path
     metrics: list[dict[str, Any]]
-    clients: dict[str, np.ndarray]  # column -> array over rows (client, round, accuracy, ...)
+    # column -> array over rows (client, round, accuracy, ...): the federation's clients
+    clients: dict[str, np.ndarray]
     partition: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # what could not be read, file and line
+    # held-out clients' rows (eval.holdout_clients), apart: every per-client plot is of the
+    # clients that trained, and the held-out ones have their own
+    held_out: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -179,15 +183,28 @@ def load_run(run_dir: str | Path) -> RunData:
     metrics = _read_metrics(metrics_path, problems)
     clients_path = run_dir / "clients.csv"
     clients = _read_clients(clients_path, problems) if clients_path.is_file() else {}
+    clients, held_out = split_held_out(clients)
     return RunData(
         run_dir=run_dir,
         metrics=metrics,
         clients=clients,
+        held_out=held_out,
         partition=_read_mapping(run_dir / "partition.json", json.loads, "JSON", problems),
         config=_read_mapping(run_dir / "config.yaml", yaml.safe_load, "YAML", problems),
         summary=_read_mapping(run_dir / "summary.json", json.loads, "JSON", problems),
         problems=problems,
     )
+
+
+def split_held_out(
+    clients: dict[str, np.ndarray],
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(the federation's rows, the held-out clients' rows) of clients.csv's columns."""
+    flags = clients.get("held_out")
+    if flags is None:
+        return clients, {}
+    held = flags == 1.0
+    return {k: v[~held] for k, v in clients.items()}, {k: v[held] for k, v in clients.items()}
 
 
 def is_number(value: Any) -> bool:

@@ -33,6 +33,12 @@ from fedsim.tracking.base import RoundRecord, Sink
 
 DEFAULT_HOST = "https://api.wandb.ai"
 CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes", "weight"]
+# metrics.jsonl keys drawn together in the evaluation/seen_vs_unseen panel
+EVALUATION_LINES = {
+    "acc_weighted": "trained clients",
+    "unseen/acc_weighted": "held-out clients",
+    "global/acc_weighted": "global model",
+}
 SECTION = "clients"  # every per-client panel: clients/accuracy, clients/loss, ...
 CLIENT_CHARTS = ("accuracy", "loss", "weight")  # one multi-line chart each
 
@@ -104,6 +110,8 @@ class WandbSink(Sink):
         # per-client series of the charts: metric -> client -> [(round, value)]
         self._series: dict[str, dict[int, list[tuple[int, float]]]] = {m: {} for m in CLIENT_CHARTS}
         self._charted = -1  # the round the charts were last logged at
+        # seen / unseen / global weighted accuracy per evaluated round (eval.*): one panel
+        self._evaluation: dict[str, list[tuple[int, float]]] = {}
 
     # --- guarded calls ---
     def _guard(self, what: str, fn: Any, *args: Any) -> None:
@@ -208,18 +216,23 @@ class WandbSink(Sink):
             [c.client, c.round, c.accuracy, c.loss, c.n, c.classes, c.weight]
             for c in sorted(record.clients, key=lambda c: c.client)
         ]
-        if rows:
-            accuracies = [r[2] for r in rows]
+        for key, label in EVALUATION_LINES.items():
+            if _numeric(record.summary.get(key)):
+                self._evaluation.setdefault(label, []).append((record.round, record.summary[key]))
+        members = [c for c in record.clients if not c.held_out]  # the clients that train
+        if rows and members:
+            accuracies = [c.accuracy for c in members]
             data[f"{SECTION}/accuracy_distribution"] = wandb.Histogram(
-                accuracies, num_bins=min(64, len(rows))
+                accuracies, num_bins=min(64, len(members))
             )
-            for c in record.clients:
+            for c in members:
                 if c.client < self.cfg.max_client_series:
                     values = {"accuracy": c.accuracy, "loss": c.loss, "weight": c.weight}
                     for metric, value in values.items():
                         if value is not None:
                             series = self._series[metric].setdefault(c.client, [])
                             series.append((record.round, float(value)))
+        if rows:
             self._add_rows(rows, data)
         if record.round > 0 and record.round & (record.round - 1) == 0:  # 1, 2, 4, 8...
             self._add_charts(data, record.round)
@@ -238,6 +251,15 @@ class WandbSink(Sink):
                 ys=[[v for _, v in by_client[c]] for c in clients],
                 keys=[f"client {c}" for c in clients],
                 title=f"{metric} per client",
+                xname="round",
+            )
+        if len(self._evaluation) > 1:  # seen beside unseen (or the global model's)
+            labels = list(self._evaluation)
+            data["evaluation/seen_vs_unseen"] = wandb.plot.line_series(
+                xs=[[r for r, _ in self._evaluation[k]] for k in labels],
+                ys=[[v for _, v in self._evaluation[k]] for k in labels],
+                keys=labels,
+                title="accuracy: trained clients, held-out clients, global model",
                 xname="round",
             )
         self._charted = round_idx
