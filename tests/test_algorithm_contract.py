@@ -11,7 +11,9 @@ algorithm's own (every ``algorithm.*memory_gb`` key set to 0). Checked:
   metrics, server state and every client's state (a checkpoint holds contents, not paths);
 - the checkpoint holds the algorithm, and the algorithm and its final server state survive a
   pickle round trip: the same broadcast, payloads and personalized models as the originals;
-- ``personalized_params`` and ``figures`` work on the driver from the final state alone.
+- ``personalized_params`` and ``figures`` work on the driver from the final state alone;
+- the newcomer contract (``test_newcomer_contract``): a held-out client evaluated by the
+  algorithm's own rule, the global model and after-training evaluation change no training.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fedsim.algorithms import ALGORITHMS
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
+from fedsim.errors import ConfigError
 from fedsim.figures import Figure
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import RunResult, Simulation, build_data, cached_dataset
@@ -85,10 +88,7 @@ def tiny_dataset() -> ImageDataset:
 
 def config(name: str, rounds: int) -> Any:
     """The contract's config for algorithm ``name``: every memory budget 0 (all spilled)."""
-    params = ALGORITHMS[name].Params
-    spill = [f"algorithm.{f.name}=0" for f in dataclasses.fields(params) if "memory_gb" in f.name]
-    overrides = [f"algorithm.name={name}", f"rounds={rounds}", *REQUIRED.get(name, []), *spill]
-    return load_config(None, [*BASE, *overrides])
+    return load_config(None, [*BASE, *config_overrides(name, rounds)])
 
 
 def run(
@@ -164,3 +164,68 @@ def test_algorithm_contract(name: str, tmp_path: Path) -> None:
             assert panel.values.ndim == 2 and np.isfinite(panel.values).all()
     for store in [straight.client_store, resumed.client_store, *stores(state)]:
         store.close()
+
+
+def newcomer_run(name: str, *eval_options: str, evaluate_newcomers: bool = True) -> RunResult:
+    """The contract's run of ``name`` (one round) with one held-out client and
+    ``eval_options``; ``evaluate_newcomers=False``: the loop never plans the held-out
+    client's evaluation (the control)."""
+    cfg = load_config(None, [*BASE, *config_overrides(name, 1), "checkpoint_every=0",
+                             "runtime.state_memory_gb=null", "eval.holdout_clients=1",
+                             *eval_options])  # fmt: skip
+    simulation = Simulation(cfg, build_data(cfg, tiny_dataset()))
+    simulation.worker_spec.num_threads = 1
+    members = simulation.data.num_clients
+    with LocalExecutor(simulation.worker_spec, simulation.data) as executor:
+        if evaluate_newcomers:
+            return simulation.run(executor)
+        import fedsim.rounds.loop as loop_module
+
+        original = loop_module.RoundLoop.plan
+
+        def members_only(self, round_idx):
+            planned = original(self, round_idx)
+            kept = frozenset(c for c in planned.evaluated if c < members)
+            return dataclasses.replace(planned, evaluated=kept)
+
+        loop_module.RoundLoop.plan = members_only
+        try:
+            return simulation.run(executor)
+        finally:
+            loop_module.RoundLoop.plan = original
+
+
+def config_overrides(name: str, rounds: int) -> list[str]:
+    params = ALGORITHMS[name].Params
+    spill = [f"algorithm.{f.name}=0" for f in dataclasses.fields(params) if "memory_gb" in f.name]
+    return [f"algorithm.name={name}", f"rounds={rounds}", *REQUIRED.get(name, []), *spill]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_newcomer_contract(name: str) -> None:
+    """Every algorithm declares its newcomer rule in its own class; with a held-out client
+    evaluated by it, the global model evaluated beside the personal one (where there is one)
+    and clients judged after their training (local rounds), training is bit-identical to the
+    same run that evaluates none of that, and the new metrics are finite."""
+    torch.set_num_threads(1)
+    cls = ALGORITHMS[name]
+    assert "newcomer" in cls.__dict__, f"{cls.__name__} declares no newcomer rule of its own"
+    rule = cls.newcomer
+    assert rule.rule and rule.source, rule
+    if rule.refused:
+        with pytest.raises(ConfigError, match="eval.holdout_clients"):
+            newcomer_run(name)
+        return
+    options = ["eval.model=both"] if cls.has_global_model else []
+    if not cls.trains_by_exchange:
+        options.append("eval.when=after_training")
+    judged = newcomer_run(name, *options)
+    control = newcomer_run(name, evaluate_newcomers=False)
+    for a, b in zip(untimed(judged.history), untimed(control.history), strict=True):
+        for key in ("train_loss", "num_trained", "bytes_down", "bytes_up"):
+            assert a.get(key) == b.get(key), (key, a, b)
+        assert np.isfinite(a["unseen/acc_weighted"]) and np.isfinite(a["participation_gap"])
+        assert ("global/acc_weighted" in a) == cls.has_global_model
+    assert_same(judged.state, control.state)
+    assert_same(judged.client_store, control.client_store, "client states")
+    assert CLIENTS - 1 not in judged.client_store.clients()  # the held-out client keeps nothing

@@ -412,7 +412,26 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "partitions": partition_list,
     "algorithm-count": lambda: str(len(_algorithm_names())),
     "image-datasets": lambda: ", ".join(f"`{n}`" for n in _image_datasets()),
+    "newcomer-rules": lambda: newcomer_table(),
 }
+
+
+def newcomer_table() -> str:
+    """Each algorithm's newcomer rule (``Algorithm.newcomer``), its source, and whether it
+    has a global model (``eval.model=global|both``): read from the classes themselves."""
+    from fedsim.algorithms.registry import ALGORITHMS
+
+    lines = [
+        "| algorithm | a held-out client evaluates with | source | global model |",
+        "|---|---|---|---|",
+    ]
+    for name in _algorithm_names():
+        cls = ALGORITHMS[name]
+        rule = cls.newcomer
+        served = f"refused: {rule.refused}" if rule.refused else rule.rule
+        has_global = "yes" if cls.has_global_model else "no"
+        lines.append(f"| `{name}` | {served} | {rule.source} | {has_global} |")
+    return "\n".join(lines)
 
 
 def _algorithm_names() -> list[str]:
