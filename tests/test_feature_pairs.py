@@ -46,6 +46,9 @@ FEATURES: dict[str, list[str]] = {
     "plays": ["data.plays=2"],
     "trim-alone": ["aggregation.trim=0.2"],
     "ray": ["runtime.executor=ray"],
+    "holdout": ["eval.holdout_clients=1"],
+    "eval-both": ["eval.model=both"],
+    "after-training": ["eval.when=after_training"],
 }
 REQUIRED = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"]}
 ALGORITHMS = {

@@ -32,6 +32,7 @@ from helpers import invoke_cli, stderr_lines
 from test_feature_pairs import FEATURES, PAIRS, SWITCHES
 
 from fedsim.algorithm_params import BUILTIN_NAMES
+from fedsim.algorithms import ALGORITHMS
 
 Options = list[str]
 
@@ -105,12 +106,20 @@ GROUPS: dict[str, dict[str, Options]] = {
     "data": {"mnist": MNIST, "plays": SHAKESPEARE},
     "join_ratio": {"full-cohort": [], "half-cohort": FEATURES["half-cohort"]},
     "checkpoint": {"no-checkpoint": [], "checkpoint": FEATURES["checkpoint"]},
+    "evaluation": {
+        "eval-default": [],
+        "holdout": FEATURES["holdout"],
+        "eval-both": FEATURES["eval-both"],
+        "after-training": FEATURES["after-training"],
+    },
     "executor": {"local": [], "ray": RAY},
 }
 
 UPLOADS_NONE = ("apfl", "fc", "fedamp", "feddisco", "fedfomo", "ifca", "local", "oracle",
                 "perfedavg", "pfedme", "spcacw")  # fmt: skip
 NO_PLAIN_MEAN = ("cwfedavg", "fednova")
+NO_GLOBAL_MODEL = tuple(n for n in BUILTIN_NAMES if not ALGORITHMS[n].has_global_model)
+REFUSES_NEWCOMERS = tuple(n for n in BUILTIN_NAMES if ALGORITHMS[n].newcomer.refused)
 UPLOAD_OPTIONS = ("clipping", "adaptive-clip", "dp-local", "dp-central", "dp-fixed", "topk",
                   "threshold-ef", "sign-flip", "median", "krum", "trimmed-mean", "anomaly",
                   "async", "async-dropout")  # fmt: skip
@@ -125,6 +134,11 @@ REFUSED: set[frozenset[str]] = {
     frozenset(("alg-spcacw", "speeds")),
     frozenset(("alg-spcacw", "half-cohort")),
     frozenset(("alg-fedbn", "plays")),
+    # eval.model=both needs one global model; after_training, a client's evaluation and
+    # training in one task (not asynchronous rounds, not gradient exchanges)
+    *(frozenset((f"alg-{a}", "eval-both")) for a in NO_GLOBAL_MODEL),
+    *(frozenset(("after-training", o)) for o in ("async", "async-dropout", "alg-spcacw")),
+    *(frozenset(("holdout", f"alg-{a}")) for a in REFUSES_NEWCOMERS),
     *(frozenset(("dp-central", r)) for r in ("median", "krum", "trimmed-mean")),
     # krum (f = 1) needs more than 4 updates at once: 6 clients, not 3 (half) or a buffer
     *(frozenset(("krum", o)) for o in ("async", "async-dropout", "half-cohort")),
@@ -280,6 +294,7 @@ def effects(row: list[str], out: Path, history: list[dict]) -> list[str]:
     trained, last = history[0], history[-1]
     partition = json.loads((out / "partition.json").read_text())
     asynchronous = "async" in row or "async-dropout" in row  # arrivals, not a cohort
+    members = partition["num_clients"] - len(partition.get("held_out", []))
     checks = {
         "async": lambda: "arrivals" in trained and "staleness_max" in trained,
         "async-dropout": lambda: "dropouts" in trained,
@@ -300,7 +315,10 @@ def effects(row: list[str], out: Path, history: list[dict]) -> list[str]:
         "rotation-clusters": lambda: partition["partition"].get("clusters") == 2,
         "pathological": lambda: partition["partition"]["name"] == "pathological",
         "plays": lambda: partition["num_classes"] == 80 and partition["partition"]["plays"] == 2,
-        "half-cohort": lambda: trained["num_trained"] == 3 or asynchronous,
+        "half-cohort": lambda: trained["num_trained"] == members // 2 or asynchronous,
+        "holdout": lambda: "unseen/acc_weighted" in last and "participation_gap" in last,
+        "eval-both": lambda: "global/acc_weighted" in last,
+        "after-training": lambda: trained.get("evaluated_after_training", 0) > 0,
         "checkpoint": lambda: any((out / "checkpoints").glob("round_*.pt")),
         "ray": lambda: (out / "startup.json").is_file(),
     }

@@ -46,8 +46,8 @@ def check_evaluation(
         )
     if e.when == "after_training" and kind != "local":
         why = {
-            "buffered": "asynchronous rounds evaluate a model version apart from the clients "
-            "that train on it",
+            "buffered": "with asynchronous.enabled=true a model version is evaluated apart "
+            "from the clients that train on it",
             "exchange": f"algorithm.name={name} trains by gradient exchanges, not one local "
             "training per client",
         }[kind]

@@ -80,6 +80,9 @@ def round_summary(
                 *global_columns(evaluated),
             )
         )
+    after = sum(c.after_training for c in evaluated)
+    if after:  # eval.when=after_training: how many were judged on the model they kept
+        summary["evaluated_after_training"] = after
     losses = [c.train_loss for c in results if c.train_loss is not None and not c.failed]
     if losses:
         summary["train_loss"] = float(np.mean(losses))

@@ -110,6 +110,7 @@ class ClientResult:
     logged: dict[str, float] = field(default_factory=dict)  # the module's self.log, per name
     held_out: bool = False  # a held-out client's evaluation (eval.holdout_clients)
     global_evaluation: EvalResult | None = None  # eval.model=both: the global model's
+    after_training: bool = False  # evaluated on the model it keeps (eval.when=after_training)
 
 
 @dataclass
@@ -272,6 +273,7 @@ class ClientWorker:
         if task.evaluate and self.spec.eval_after_training:
             kept = self.algorithm.kept_params(plan, trained_model, update, info)
             self._evaluate_client(out, broadcast, kept, split.test)
+            out.after_training = True
         return out
 
     def _evaluate_client(
