@@ -1,5 +1,7 @@
 """Pieces shared by the clustered baselines (Oracle, IFCA, FC): per-cluster means, the
-clients-by-rounds assignment figure, and the adjusted Rand index against the true clusters.
+clients-by-rounds assignment figure, the adjusted Rand index against the true clusters, and
+IFCA's cluster estimate (the model with the lowest loss on a client's train split), which IFCA
+and FC's newcomers use.
 
 Pure numpy / torch; no algorithm of its own (``registry`` never sees it).
 """
@@ -7,6 +9,7 @@ Pure numpy / torch; no algorithm of its own (``registry`` never sees it).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +32,21 @@ def cluster_means(models: torch.Tensor, sums: dict[str, WeightedSum]) -> torch.T
         if mean is not None:
             out[k] = mean
     return out
+
+
+def mean_train_losses(probe: Any, models: torch.Tensor) -> list[float]:
+    """Mean cross-entropy of every model (rows of ``models``) on the client's train split."""
+    losses = []
+    for model in models:
+        result = probe.evaluate(model, probe.train_indices)
+        losses.append(result.loss_sum / max(result.num_samples, 1))
+    return losses
+
+
+def lowest_loss_cluster(probe: Any, models: torch.Tensor) -> int:
+    """IFCA's cluster estimate: the row of ``models`` with the lowest mean train loss on the
+    probe's client (ties: the first, the smaller id)."""
+    return int(np.argmin(mean_train_losses(probe, models)))
 
 
 def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:

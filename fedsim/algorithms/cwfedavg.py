@@ -26,6 +26,16 @@ squared). The seed writes lambda * R; the official code has ``loss += 0.5 * weig
 wd_regularizer`` and its reported lambdas (10 MNIST/CIFAR-10, 1000 CIFAR-100, 2000 Tiny
 ImageNet) were used with that 0.5, so we keep it: ``wdr_lambda`` means what it means there.
 
+Held-out clients (``eval.holdout_clients``): a newcomer mixes the class models by its own
+training class proportions p (its ``class_counts``), w = sum_j p_j w_j^G, the rest of the
+model from the global part: the mix a member gets with ``class_weights=true``, and the one
+WDR drives a member's estimated r toward. A newcomer has never trained, so it has no row
+norms of its own, and it does not train (``eval.finetune_epochs`` and WDR do not apply).
+
+The global model (``eval.model=global``): the class models mixed by the federation's class
+proportions pi_j = sum_i n_ij / N. Since sum_j (sum_i n_i r_ij) w_j^G = sum_i n_i w_i, with
+true proportions and every client sampled that is FedAvg of the round's trained models.
+
 Figure (``row_norms.png``, the paper's heatmap): per client, the normalized output-row norms of
 the model it evaluates at the end, beside its true training class proportions. With WDR the
 row norms follow each client's class distribution; under FedAvg every client shows one row.
@@ -49,6 +59,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     ModelUpload,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -133,6 +144,17 @@ class CwFedAvg(Algorithm):
 
     name = "cwfedavg"
     Params = CwFedAvgParams
+    newcomer = NewcomerRule(
+        rule="the class models mixed by its own training class proportions (sum_j p_j "
+        "w_j^G), as it is",
+        source="fedsim's choice: the paper's client mix w_i = sum_j r_ij w_j^G with r_i its "
+        "true class proportions (class_weights=true; WDR's target); the official code's "
+        "new clients (serverbase.py fine_tuning_new_clients) fine-tune its FedAvg model, "
+        "which it keeps only when not every layer is class-wise",
+        adapts=True,
+    )
+    # the FedAvg-equivalent model: the class models mixed by the federation's proportions
+    has_global_model = True
 
     def __init__(self, params: CwFedAvgParams, federation: FederationInfo):
         super().__init__(params, federation)
@@ -173,6 +195,16 @@ class CwFedAvg(Algorithm):
         if state is not None and "r" in state:
             return state["r"]
         return broadcast["initial_r"]
+
+    def federation_proportions(self) -> torch.Tensor:
+        """pi_j: the federation's training samples of class j over all of them (float32)."""
+        counts = self.federation.class_counts.sum(axis=0).astype(np.float64)
+        return torch.as_tensor(counts / max(counts.sum(), 1.0), dtype=torch.float32)
+
+    def global_params(self, broadcast: dict[str, Any]) -> torch.Tensor:
+        """The FedAvg-equivalent model: sum_j pi_j w_j^G (the rest from the global part)."""
+        proportions = self.federation_proportions()
+        return self.personalize(broadcast["class_models"], broadcast.get("params"), proportions)
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
@@ -280,6 +312,17 @@ class CwFedAvg(Algorithm):
         if not self.all_layers:
             sums["params"] = (float(client.num_train), trained)
         return ClientUpdate(sums=sums, state={"r": estimated})
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """w = sum_j p_j w_j^G with p the newcomer's own training class proportions."""
+        proportions = torch.as_tensor(client.class_proportions, dtype=torch.float32)
+        return self.personalize(broadcast["class_models"], broadcast.get("params"), proportions)
 
     def model_upload(self, client: ClientInfo) -> ModelUpload:
         """The trained model; no sum is a plain mean of it (class sums weigh it by r_ij)."""

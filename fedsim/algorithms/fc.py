@@ -22,6 +22,13 @@ cluster that were not sampled join the larger half (ties: the half keeping the p
 State: one model per cluster, each client's cluster, the membership after every round
 (``fc_clusters.png``) and the cluster tree: one row (round, parent, kept id, new id) per
 split. A client is evaluated with its cluster's model.
+
+A held-out client (``eval.holdout_clients``) has no cluster: CFL places a client by the
+direction of its updates, and the state keeps neither the updates nor a representative of
+either side of a split. It takes IFCA's estimate instead (``clustering.lowest_loss_cluster``):
+the cluster model with the lowest mean loss on its own train split, the model that fits its
+data best among those the federation trained; before any split that is the one model. It does
+not train (``eval.finetune_epochs`` does not apply).
 """
 
 from __future__ import annotations
@@ -39,10 +46,11 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientStates,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
-from fedsim.algorithms.clustering import assignment_figure
+from fedsim.algorithms.clustering import assignment_figure, lowest_loss_cluster
 from fedsim.algorithms.registry import register
 from fedsim.figures import Figure
 
@@ -89,6 +97,14 @@ class FC(Algorithm):
 
     name = "fc"
     Params = FCParams
+    newcomer = NewcomerRule(
+        rule="the cluster model with the lowest mean loss on its own train split (ties: the "
+        "smaller id; before any split, the one model), as it is",
+        source="fedsim's choice: CFL assigns clients by their updates' directions, which a "
+        "newcomer never uploaded and the tree does not keep; IFCA's estimate stands in",
+        adapts=True,
+    )
+    has_global_model = False  # one model per cluster once a split happened
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
@@ -172,6 +188,21 @@ class FC(Algorithm):
     ) -> ClientPlan:
         cluster = int(broadcast["membership"][client.client])
         return ClientPlan(train_params=broadcast["models"][cluster], context={"cluster": cluster})
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The cluster model with the lowest loss on the newcomer's train split."""
+        models = broadcast["models"]
+        if len(models) == 1:  # nothing to choose: no pass over its data
+            return models[0].clone()
+        if client.probe is None:
+            raise ValueError("FC's newcomer rule measures the cluster models on its data")
+        return models[lowest_loss_cluster(client.probe, models)].clone()
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo

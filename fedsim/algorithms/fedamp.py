@@ -32,6 +32,13 @@ Where u_i is computed: the previous round's uploads go to every worker in the br
 (stacked, cohort x model), and each client computes its c_ij and u_i from its own current
 w_i. So the driver holds O(cohort x model) for FedAMP, never O(clients x model), and the
 coefficients use the client's true current model even when it was not sampled last round.
+
+Held-out clients (``eval.holdout_clients``): a newcomer has no model of its own to weigh the
+peers by. It takes the plain mean of the peers' models as its first w (the initial model
+before anyone uploaded), then trains it for ``eval.finetune_epochs`` epochs on its own train
+split as a FedAMP client would: with the pull to its cloud model u computed at that w
+(Huang et al. and PFLlib have no rule for new clients). ``finetune_epochs=0``: the mean as it
+is. ``broadcast["params"]`` is the initial model, never trained: no global model.
 """
 
 from __future__ import annotations
@@ -47,12 +54,14 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
 from fedsim.sizes import nbytes
+from fedsim.streams import NEWCOMER_FINETUNE_KEY
 
 
 def attention_coefficients(
@@ -100,6 +109,15 @@ class FedAMP(Algorithm):
 
     name = "fedamp"
     Params = FedAMPParams
+    newcomer = NewcomerRule(
+        rule="the uniform mean of the peers' models, trained eval.finetune_epochs epochs on "
+        "its own train split with FedAMP's pull to the cloud model at that mean",
+        source="fedsim's choice: with no own model to measure similarity by, every peer "
+        "weighs the same; then FedAMP's own local objective (no new-client rule in the "
+        "paper or PFLlib serveramp.py)",
+        adapts=True,
+    )
+    has_global_model = False  # broadcast["params"] is the initial model, never trained
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
@@ -153,6 +171,43 @@ class FedAMP(Algorithm):
             mu = self.params.lamda / self.params.alpha_k  # of (mu/2) ||w - u_i||^2
             terms = Pull(cloud, self.federation.layout, mu, "two_pass")
         return ClientPlan(train_params=own, terms=terms)
+
+    def newcomer_start(self, broadcast: dict[str, Any]) -> torch.Tensor:
+        """A newcomer's first w: the plain mean of the peers (the initial model if none)."""
+        peers = broadcast["peers"]
+        if peers is None or len(broadcast["peer_ids"]) == 0:
+            return broadcast["params"].clone()
+        return peers.to(torch.float32).mean(dim=0)
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The peers' mean, then ``finetune_epochs`` of FedAMP's local objective from it."""
+        start = self.newcomer_start(broadcast)
+        if finetune_epochs < 1:
+            return start
+        if client.probe is None:
+            raise ValueError("FedAMP's newcomer rule trains on the newcomer's own data")
+        terms = None
+        if self.params.lamda > 0:
+            cloud = cloud_model(
+                start,
+                broadcast["peers"],
+                broadcast["peer_ids"],
+                client.client,  # never a peer's id: every peer counts
+                self.params.alpha_k,
+                self.params.sigma,
+            )
+            mu = self.params.lamda / self.params.alpha_k
+            terms = Pull(cloud, self.federation.layout, mu, "two_pass")
+        trained, _ = client.probe.train(
+            start, epochs=finetune_epochs, terms=terms, key=NEWCOMER_FINETUNE_KEY
+        )
+        return trained
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo

@@ -24,6 +24,14 @@ M), so it keeps them in its own spillable store (``fedsim.storage``; ``server_me
 beyond it on disk; a checkpoint holds the models, not the spill files); each client's own
 model (and ``start``) is its private state in the driver's client store. A round moves M
 models per client.
+
+Held-out clients (``eval.holdout_clients``): a newcomer has no row of P. It downloads the M
+uploaded models the federation found most useful (the largest sums over the other clients i
+of P[i, j], ties by id) and makes FedFomo's update on its own validation part, with the
+uniform mean of those models as both ``old`` and the current model: it is evaluated with the
+re-weighted mix, or with the mean if no model beats it (the initial model before anyone
+uploaded). It does not train (``eval.finetune_epochs`` does not apply): a FedFomo client is
+evaluated on its mix before training too.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from fedsim.algorithms.base import (
     ClientProbe,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -101,6 +110,14 @@ class FedFomo(Algorithm):
 
     name = "fedfomo"
     Params = FedFomoParams
+    newcomer = NewcomerRule(
+        rule="FedFomo's re-weighting, on its own validation part, of the M models the "
+        "federation weighted most, from their uniform mean (the mean if none beats it)",
+        source="fedsim's choice: a newcomer has no affinity row or model of its own; the "
+        "paper's update with the received models' mean as the old model",
+        adapts=True,
+    )
+    has_global_model = False  # broadcast["params"] is the initial model, never trained
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
@@ -122,6 +139,18 @@ class FedFomo(Algorithm):
 
     def client_payload(self, state: ServerState, client: int) -> dict[str, Any]:
         ids = self.top_peers(state, client)
+        return {"peer_ids": ids, "peers": [state["models"].get(j)["params"] for j in ids]}
+
+    def newcomer_peers(self, state: ServerState) -> list[int]:
+        """The M uploaded clients with the largest affinity from the others, sum_{i != j}
+        P[i, j] (ties: smaller id first): what a newcomer downloads."""
+        affinity = state["affinity"]
+        received = affinity.sum(dim=0) - affinity.diagonal()
+        ranked = sorted(state["models"].clients(), key=lambda j: (-float(received[j]), j))
+        return ranked[: self.params.peers]
+
+    def newcomer_payload(self, state: ServerState) -> dict[str, Any]:
+        ids = self.newcomer_peers(state)
         return {"peer_ids": ids, "peers": [state["models"].get(j)["params"] for j in ids]}
 
     def aggregate(
@@ -187,6 +216,31 @@ class FedFomo(Algorithm):
             train_indices=train,
             context={"peer_ids": list(ids), "weights": raw},
         )
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """FedFomo's update of the received models' mean on the newcomer's validation part."""
+        peers = payload.get("peers", [])
+        if not peers:  # nobody has uploaded yet
+            return broadcast["params"].clone()
+        start = torch.stack([theta.to(torch.float64) for theta in peers]).mean(dim=0)
+        start = start.to(torch.float32)
+        probe = client.probe
+        if probe is None:
+            raise ValueError("FedFomo's newcomer rule measures the models on its own data")
+        _, val = split_validation(probe.train_indices, self.params.val_ratio, client.client)
+        if len(val) == 0:
+            return start
+        old_loss = validation_loss(probe, start, val)
+        losses = [validation_loss(probe, theta, val) for theta in peers]
+        distances = [float(torch.linalg.vector_norm(theta - start)) for theta in peers]
+        model, _ = combine(start, peers, fomo_weights(old_loss, losses, distances))
+        return model
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo

@@ -19,6 +19,11 @@ State: the K models and the assignment history, one row per round (int8 cluster 
 when the partition has them). On the driver (``personalized_params``, no client data) a
 client is evaluated with the cluster it chose the last time it was sampled (cluster 0 if
 never).
+
+A held-out client (``eval.holdout_clients``) makes the same estimate on its own train split
+and is evaluated with the model it picks; it does not train (``eval.finetune_epochs`` does not
+apply). The official code assigns its test machines by their loss on the test data itself;
+here the estimate never sees the split it is scored on.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientStates,
     ClientUpdate,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -44,6 +50,7 @@ from fedsim.algorithms.clustering import (
     cluster_key,
     cluster_means,
     latest_assignment,
+    lowest_loss_cluster,
 )
 from fedsim.algorithms.registry import register
 from fedsim.figures import Figure
@@ -64,21 +71,20 @@ def permuted_init(initial: torch.Tensor, layout: ParamLayout, seed: int) -> torc
     return out
 
 
-def mean_train_losses(probe: Any, models: torch.Tensor) -> list[float]:
-    """Mean cross-entropy of every model (rows of ``models``) on the client's train split."""
-    losses = []
-    for model in models:
-        result = probe.evaluate(model, probe.train_indices)
-        losses.append(result.loss_sum / max(result.num_samples, 1))
-    return losses
-
-
 @register
 class IFCA(Algorithm):
     """K models; a client picks the lowest-loss one on its training data and trains it."""
 
     name = "ifca"
     Params = IFCAParams
+    newcomer = NewcomerRule(
+        rule="the cluster model with the lowest mean loss on its own train split (ties: the "
+        "smaller id), as it is",
+        source="Ghosh et al. 2020 (IFCA): the cluster identity estimate every client makes "
+        "each round, argmin_j of its loss at model j, on the newcomer's own train split",
+        adapts=True,
+    )
+    has_global_model = False  # K cluster models, none of them the federation's
 
     # --- driver side ---
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
@@ -125,8 +131,7 @@ class IFCA(Algorithm):
         """The lowest train-loss model (with a probe); else the last choice (0 if none)."""
         if client.probe is None:
             return max(int(broadcast["last"][client.client]), 0)
-        losses = mean_train_losses(client.probe, broadcast["models"])
-        return int(np.argmin(losses))  # the first minimum: ties go to the smaller id
+        return lowest_loss_cluster(client.probe, broadcast["models"])
 
     def client_start(
         self,
@@ -146,6 +151,18 @@ class IFCA(Algorithm):
         return ClientUpdate(
             sums={cluster_key(cluster): (weight, trained)}, individual={"cluster": cluster}
         )
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The cluster model a newcomer's own estimate picks (``choose`` with its probe)."""
+        if client.probe is None:
+            raise ValueError("IFCA's newcomer rule measures the cluster models on its data")
+        return broadcast["models"][self.choose(broadcast, client)].clone()
 
     def download_nbytes(
         self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None

@@ -6,6 +6,8 @@ clusters, ``clustered``: ``FederationInfo.client_clusters``); a partition withou
 refused up front. One model per cluster: a client trains and is evaluated with its cluster's
 model, and the server replaces each cluster's model by the plain mean of its sampled clients'
 trained models (kept where none of them was sampled). Workers reduce one sum per cluster.
+A held-out client (``eval.holdout_clients``) is evaluated with its own true cluster's model
+(``FederationInfo.newcomer_clusters``): the oracle knows every client's cluster.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     FederationInfo,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
@@ -48,11 +51,20 @@ class Oracle(Algorithm):
 
     name = "oracle"
     Params = AlgorithmParams
+    newcomer = NewcomerRule(
+        rule="its true cluster's model, as it is",
+        source="fedsim's choice: the oracle knows every client's true cluster, a newcomer's "
+        "too (the partition's)",
+    )
+    has_global_model = False  # one model per true cluster
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         super().__init__(params, federation)
         self.clusters = true_clusters(federation, self.name)
-        self.num_clusters = max(self.clusters) + 1
+        # a model for every cluster a held-out client may belong to (one nobody trains in
+        # stays the initial model)
+        newcomers = [int(c) for c in federation.newcomer_clusters or []]
+        self.num_clusters = max(self.clusters + newcomers) + 1
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
         """Every cluster starts from the initial model."""
@@ -85,6 +97,24 @@ class Oracle(Algorithm):
     ) -> ClientPlan:
         cluster = self.clusters[client.client]
         return ClientPlan(train_params=broadcast["models"][cluster], context={"cluster": cluster})
+
+    def newcomer_cluster(self, client: ClientInfo) -> int:
+        """A held-out client's true cluster (its id counts on from ``num_clients``)."""
+        clusters = self.federation.newcomer_clusters
+        position = client.client - self.federation.num_clients
+        if clusters is None or not 0 <= position < len(clusters):
+            raise ValueError(f"Oracle: no true cluster for held-out client {client.client}")
+        return int(clusters[position])
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The model of the newcomer's true cluster."""
+        return broadcast["models"][self.newcomer_cluster(client)].clone()
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo

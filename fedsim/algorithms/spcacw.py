@@ -46,6 +46,9 @@ Evaluation: only the targets are evaluated (``evaluates``), each with its own mo
 own test split, so the round's ``acc_mean`` is the mean target accuracy the seed reports.
 A client that is not a target has no SP-CACW model: on the driver its personalized model
 is the initial one. ``join_ratio`` does not apply (peers join by ``participation``).
+Held-out clients (``eval.holdout_clients``) are refused: a target's model and its alpha are
+built by gradient exchanges over the rounds, and a newcomer is no target; there is no
+federation model to hand it either.
 
 Logged per round: ``alpha`` (targets x clients), ``alpha/<target>/<peer>`` series for the
 first few targets, ``alpha_zero`` (mean number of peers with alpha exactly 0 per target),
@@ -73,6 +76,7 @@ from fedsim.algorithms.base import (
     ClientStates,
     ExchangeRound,
     FederationInfo,
+    NewcomerRule,
     RoundReport,
     ServerState,
 )
@@ -129,6 +133,13 @@ class SPCACW(Algorithm):
     name = "spcacw"
     Params = SPCACWParams
     trains_by_exchange = True
+    newcomer = NewcomerRule(
+        rule="none: refused",
+        source="fedsim's choice: the method serves only its targets",
+        refused="SP-CACW trains a model only for its targets, by collaboration weights "
+        "estimated from gradient exchanges during training; a newcomer is no target",
+    )
+    has_global_model = False  # one model per target, none for the federation
 
     def __init__(self, params: SPCACWParams, federation: FederationInfo):
         super().__init__(params, federation)
@@ -181,6 +192,16 @@ class SPCACW(Algorithm):
         row = self.row.get(client.client)
         own = broadcast["initial"] if row is None else broadcast["models"][row]
         return ClientPlan(train_params=own)
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """Refused (``newcomer.refused``); the config check stops such a run before this."""
+        raise ValueError(self.newcomer.refused)
 
     # --- the round ---
     def train_round(
