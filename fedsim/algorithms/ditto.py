@@ -14,6 +14,11 @@ PFLlib, where every personal model is a copy of the initial one).
 
 The personal pass runs through ``ClientInfo.probe.train`` from ``client_finish``, so the
 worker's single main pass stays the global copy's.
+
+A held-out client (``eval.holdout_clients``) starts v from the global model w, as a client
+without v does, and trains it ``eval.finetune_epochs`` epochs on its own train split by the
+personal pass's rule (the pull mu (v - w) to w); it keeps nothing. After training
+(``eval.when: after_training``) a client keeps its new v.
 """
 
 from __future__ import annotations
@@ -21,14 +26,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.algorithm_params.ditto import DittoParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate
+from fedsim.algorithms.base import (
+    ClientInfo,
+    ClientPlan,
+    ClientProbe,
+    ClientState,
+    ClientUpdate,
+    NewcomerRule,
+)
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.pull import Pull
 from fedsim.algorithms.registry import register
-from fedsim.streams import DITTO_PERSONAL_KEY
+from fedsim.streams import DITTO_PERSONAL_KEY, NEWCOMER_FINETUNE_KEY
 
 
 @register
@@ -37,6 +50,14 @@ class Ditto(FedAvg):
 
     name = "ditto"
     Params = DittoParams
+    newcomer = NewcomerRule(
+        rule="a personal model v started from the global model w and trained "
+        "eval.finetune_epochs epochs on its own train split with Ditto's pull mu (v - w) to w",
+        source="fedsim's choice: Ditto's own personal objective, from w as a client without v "
+        "starts (PFLlib's serverbase.py fine_tuning_new_clients fine-tunes w on plain "
+        "cross-entropy instead)",
+        adapts=True,
+    )
 
     def client_start(
         self,
@@ -50,6 +71,26 @@ class Ditto(FedAvg):
         plan.eval_params = plan.train_params if state is None else state["personal"]
         return plan
 
+    def personal_pass(
+        self,
+        probe: ClientProbe,
+        personal: torch.Tensor,
+        received: torch.Tensor,
+        epochs: int,
+        indices: np.ndarray | None = None,
+        key: int = DITTO_PERSONAL_KEY,
+        label: str | None = None,
+    ) -> torch.Tensor:
+        """v after ``epochs`` of SGD with the pull mu (v - w) to ``received`` (w); a pass whose
+        loss diverges gives back (a copy of) ``personal``."""
+        terms = Pull(received, self.federation.layout, self.params.mu, "gradient")
+        new_personal, loss = probe.train(
+            personal, epochs=epochs, terms=terms, indices=indices, key=key, label=label
+        )
+        if not math.isfinite(loss):
+            return personal.clone()  # a diverged personal pass keeps the old model
+        return new_personal
+
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
@@ -58,17 +99,35 @@ class Ditto(FedAvg):
             raise RuntimeError("Ditto needs the worker's probe to train the personal model")
         received = plan.train_params
         personal = received if state is None else state["personal"]
-        terms = Pull(received, self.federation.layout, self.params.mu, "gradient")
-        new_personal, loss = client.probe.train(
+        new_personal = self.personal_pass(
+            client.probe,
             personal,
-            epochs=self.params.personal_epochs,
-            terms=terms,
+            received,
+            self.params.personal_epochs,
             indices=plan.train_indices,
-            key=DITTO_PERSONAL_KEY,
             label="personal",  # its loss and self.log values beside the global pass's
         )
-        if not math.isfinite(loss):
-            new_personal = personal.clone()  # a diverged personal pass keeps the old model
         update = super().client_finish(plan, trained, state, client)
         update.state = {"personal": new_personal}
         return update
+
+    def kept_params(
+        self, plan: ClientPlan, trained: torch.Tensor, update: ClientUpdate, client: ClientInfo
+    ) -> torch.Tensor:
+        """The new personal model v (the main pass's result is the global copy it uploads)."""
+        return update.state["personal"]
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """v from w, trained ``finetune_epochs`` epochs with the pull to w (0: w as it is)."""
+        w = self.global_params(broadcast)
+        if finetune_epochs == 0:
+            return w
+        if client.probe is None:
+            raise RuntimeError("Ditto needs the worker's probe to adapt a newcomer's model")
+        return self.personal_pass(client.probe, w, w, finetune_epochs, key=NEWCOMER_FINETUNE_KEY)

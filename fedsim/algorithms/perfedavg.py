@@ -11,6 +11,10 @@ Hessian-vector product by a central difference of gradients); theta <- theta - b
 It uploads theta; the server averages with n_i weights. Evaluated with one step
 theta - alpha grad f(theta; B) on one seeded minibatch B of its training split.
 ``alpha``, ``beta``: null is the client's lr (PFLlib's alpha = beta = lr).
+
+A held-out client (``eval.holdout_clients``) is evaluated the same way: one step from the
+global model (``eval.finetune_epochs`` 0: no step). After training
+(``eval.when: after_training``) a client keeps its meta-trained theta, after that step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from fedsim.algorithms.base import (
     ClientProbe,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
 )
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import OwnLoop
@@ -41,6 +46,14 @@ class PerFedAvg(OwnLoop):
     name = "perfedavg"
     Params = PerFedAvgParams
     keeps_personal = False
+    newcomer = NewcomerRule(
+        rule="one step theta - alpha grad f(theta; B) from the global model theta, B one "
+        "seeded minibatch of its own train split: the step every client is evaluated with "
+        "(one step for any eval.finetune_epochs >= 1)",
+        source="the paper's: Fallah et al. 2020, abstract (an initial model that current or "
+        "new users adapt by one or a few gradient steps on their own data)",
+        adapts=True,
+    )
 
     def step_sizes(self, probe: ClientProbe) -> tuple[float, float]:
         """(alpha, beta): the inner and outer step sizes (null: the client's lr)."""
@@ -58,14 +71,42 @@ class PerFedAvg(OwnLoop):
         """Train the received model (in client_finish); evaluate it after one adaptation step."""
         theta = broadcast["params"]
         plan = ClientPlan(train_params=theta, epochs=0)
-        probe = client.probe
-        if client.evaluates and probe is not None:
-            alpha, _ = self.step_sizes(probe)
-            batch = probe.batches(1, key=PERFEDAVG_EVAL_KEY)[0]
-            grad, loss = probe.gradient(theta, batch)
-            if math.isfinite(loss):
-                plan.eval_params = theta - alpha * grad
+        if client.evaluates and client.probe is not None:
+            plan.eval_params = self.adapted(theta, client.probe)
         return plan
+
+    def adapted(self, theta: torch.Tensor, probe: ClientProbe) -> torch.Tensor | None:
+        """The model a client is evaluated with: theta - alpha grad f(theta; B), B the first
+        minibatch of its train split seeded by (seed, round, client, PERFEDAVG_EVAL_KEY)
+        (None: that loss is not finite; the client is evaluated with theta)."""
+        alpha, _ = self.step_sizes(probe)
+        batch = probe.batches(1, key=PERFEDAVG_EVAL_KEY)[0]
+        grad, loss = probe.gradient(theta, batch)
+        return theta - alpha * grad if math.isfinite(loss) else None
+
+    def kept_params(
+        self, plan: ClientPlan, trained: torch.Tensor, update: ClientUpdate, client: ClientInfo
+    ) -> torch.Tensor:
+        """The meta-trained theta it uploads, after the step its evaluation takes (the main
+        pass does not run, so ``trained`` is the received model)."""
+        theta = update.sums["shared"][1]
+        adapted = self.adapted(theta, self.needs_probe(client))
+        return theta if adapted is None else adapted
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The step a client is evaluated with, from the global model (``adapted``), for any
+        ``finetune_epochs`` >= 1; 0: the global model as it is."""
+        theta = self.global_params(broadcast)
+        if finetune_epochs == 0:
+            return theta
+        adapted = self.adapted(theta, self.needs_probe(client))
+        return theta if adapted is None else adapted
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
