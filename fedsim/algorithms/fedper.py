@@ -23,12 +23,19 @@ Seed options:
 A client that has no personal layers yet (never trained under FedPer) takes them from the
 server's model: the initial model's (PFLlib: every client starts from a copy of it), or the
 cold-start FedAvg model, or the average of clients for whom those blocks are base.
+
+A held-out client (``eval.holdout_clients``) starts the same way, with K = ``personal_layers``
+(it has no tier): the server's model, whose top K blocks it trains for
+``eval.finetune_epochs`` epochs on its own train split with the base frozen (the seed's
+fine-tune, on a newcomer). In cold-start rounds it is served the FedAvg model as it is, as
+every client then. The server's model is no global model: its personal blocks never train
+after the cold start.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -41,10 +48,12 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     ModelUpload,
+    NewcomerRule,
     ServerState,
     WeightedSum,
 )
 from fedsim.algorithms.registry import register
+from fedsim.algorithms.shared_part import finetuned
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
 from fedsim.streams import FEDPER_FINETUNE_KEY
@@ -57,6 +66,15 @@ class FedPer(Algorithm):
 
     name = "fedper"
     Params = FedPerParams
+    newcomer: ClassVar[NewcomerRule] = NewcomerRule(
+        rule="the global base with the server's top personal_layers blocks fine-tuned for "
+        "eval.finetune_epochs epochs on its own train split, base frozen (cold-start "
+        "rounds: the FedAvg model as it is)",
+        source="fedsim's choice: the seed's fine-tune of the personal layers on a new base, "
+        "from the server's personal layers, as a client's first round",
+        adapts=True,
+    )
+    has_global_model: ClassVar[bool] = False  # the personal blocks never train on the server
 
     def __init__(self, params: FedPerParams, federation: FederationInfo):
         super().__init__(params, federation)
@@ -164,6 +182,25 @@ class FedPer(Algorithm):
             if math.isfinite(loss):
                 model = tuned
         return ClientPlan(train_params=model)
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The server's model, its top ``personal_layers`` blocks fine-tuned (base frozen)."""
+        server = broadcast["params"]
+        # personal_layers beyond the model's blocks (valid while every client has its own K):
+        # every block
+        k = min(self.params.personal_layers, len(self.federation.block_names))
+        if self.cold(client.round) or k == 0:
+            return server
+        top = self.federation.block_names[-k:]
+        personal = {n for b in top for n in self.federation.block_parameters[b]}
+        base = [e.name for e in self.federation.layout.entries if e.name not in personal]
+        return finetuned(server, client, finetune_epochs, base)
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo

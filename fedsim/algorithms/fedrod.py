@@ -11,12 +11,22 @@ the initial model's g). Per minibatch, inside the main pass (``ClientTerms.objec
 2. p steps (SGD at the client's lr) on CE(g(z).detach() + p(z.detach()), y), with the g(z)
    and z of step 1 (taken before the model's step, as PFLlib).
 A client is evaluated with g(z) + p(z): as both heads are affine in z, that is the received
-model with the output layer's weight and bias replaced by g's plus p's.
+model with the output layer's weight and bias replaced by g's plus p's. Evaluated after its
+round's training (``eval.when=after_training``), it is the trained model with g + p, p the
+personal head its round trained (``kept_params``).
+
+A held-out client (``eval.holdout_clients``) has no personal head: its p starts from the
+initial model's g, as every client's, and takes ``eval.finetune_epochs`` epochs of the step
+above on its own train split (plain SGD at the client's lr on CE(g(z) + p(z), y)) with the
+received generic model frozen; it is evaluated with g + p. As g + p is affine in p, that is
+SGD on the output layer of the model with head g + p, the rest frozen. The generic model
+(the broadcast) is the global model.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,12 +39,14 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     FederationInfo,
+    NewcomerRule,
     ServerState,
 )
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
+from fedsim.streams import NEWCOMER_FINETUNE_KEY
 from lightning_modules.blocks import output_layer
 from lightning_modules.flat_params import flat_ranges, gather
 from lightning_modules.hooks import ClientTerms
@@ -86,6 +98,16 @@ class FedRoD(SharedPart):
         "the balanced softmax on the output layer of features(x), and its personal head's step"
     )
     keeps_personal = False  # everything is shared; the personal head is its own state
+    newcomer: ClassVar[NewcomerRule] = NewcomerRule(
+        rule="the global (generic) model with head g + p, its personal head p from the "
+        "initial head trained for eval.finetune_epochs epochs on its own train split by "
+        "FedRoD's personal-head step, the generic model frozen",
+        source="fedsim's choice: the personal-part family's rule on FedRoD's personal head "
+        "(PFLlib's serverbase.py fine_tuning_new_clients fine-tunes the generic model "
+        "instead and leaves p at the initial head)",
+        adapts=True,
+    )
+    has_global_model: ClassVar[bool] = True  # the generic model, trained by every client
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         super().__init__(params, federation)
@@ -126,14 +148,19 @@ class FedRoD(SharedPart):
         """Train the received model with the terms; evaluate it with g + p as its head."""
         model = broadcast["params"]
         personal = broadcast["initial_head"] if state is None else state["head"]
+        combined = self.with_personal_head(model, personal)
+        lr = client.probe.lr if client.probe is not None else 0.0
+        terms = BalancedSoftmaxAndPersonalHead(client.class_counts, personal, self.head_shape, lr)
+        return ClientPlan(train_params=model, eval_params=combined, terms=terms)
+
+    def with_personal_head(self, model: torch.Tensor, personal: torch.Tensor) -> torch.Tensor:
+        """``model`` with head g + p (a new tensor): g its output layer, p ``personal``."""
         combined = model.clone()
         start = 0
         for a, b in self.head_ranges:
             combined[a:b] += personal[start : start + b - a]
             start += b - a
-        lr = client.probe.lr if client.probe is not None else 0.0
-        terms = BalancedSoftmaxAndPersonalHead(client.class_counts, personal, self.head_shape, lr)
-        return ClientPlan(train_params=model, eval_params=combined, terms=terms)
+        return combined
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
@@ -142,6 +169,44 @@ class FedRoD(SharedPart):
         update = super().client_finish(plan, trained, state, client)
         update.state = {"head": plan.terms.trained_head()}
         return update
+
+    def kept_params(
+        self,
+        plan: ClientPlan,
+        trained: torch.Tensor,
+        update: ClientUpdate,
+        client: ClientInfo,
+    ) -> torch.Tensor:
+        """The trained model with head g + p, p the personal head the round trained."""
+        assert update.state is not None
+        return self.with_personal_head(trained, update.state["head"])
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The received model with head g + p, p from the initial head after
+        ``finetune_epochs`` epochs of plain SGD at the client's lr on CE(g(z) + p(z), y) over
+        its minibatches; body and g frozen. The gradient in p is the gradient in the output
+        layer of the model with head g + p, so the loop steps that layer. Unadapted if a loss
+        is not finite."""
+        start = self.with_personal_head(broadcast["params"], broadcast["initial_head"])
+        if finetune_epochs < 1:
+            return start
+        probe = client.probe
+        if probe is None:
+            raise RuntimeError("a FedRoD newcomer trains its head through the probe; it has none")
+        tuned, lr = start.clone(), probe.lr
+        for batch in probe.batches(finetune_epochs, key=NEWCOMER_FINETUNE_KEY):
+            grad, loss = probe.gradient(tuned, batch)
+            if not math.isfinite(loss):
+                return start
+            for a, b in self.head_ranges:
+                tuned[a:b] -= lr * grad[a:b]
+        return tuned
 
     def download_nbytes(
         self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None

@@ -1,8 +1,14 @@
-"""Local-only: each client trains its own model alone; nothing is communicated."""
+"""Local-only: each client trains its own model alone; nothing is communicated.
+
+A held-out client (``eval.holdout_clients``) has no federation to learn from: it trains the
+shared initial model (the server's state, which never changes) alone on its own train split
+for ``eval.finetune_epochs`` epochs, as a client's first rounds would. There is no global
+model: the server's is the untrained initial one.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -12,8 +18,10 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    NewcomerRule,
 )
 from fedsim.algorithms.registry import register
+from fedsim.algorithms.shared_part import finetuned
 
 
 @register
@@ -21,6 +29,14 @@ class LocalOnly(Algorithm):
     """Every client starts from the shared initial model and keeps training its own copy."""
 
     name = "local"
+    newcomer: ClassVar[NewcomerRule] = NewcomerRule(
+        rule="the initial model trained alone for eval.finetune_epochs epochs on its own "
+        "train split (no federation to learn from)",
+        source="fedsim's choice: local training is all a local-only client has, and the "
+        "initial model is where every client starts",
+        adapts=True,
+    )
+    has_global_model: ClassVar[bool] = False  # the server holds the untrained initial model
 
     def client_start(
         self,
@@ -36,6 +52,16 @@ class LocalOnly(Algorithm):
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         return ClientUpdate(state={"params": trained.clone()})
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The initial model after ``finetune_epochs`` epochs on the newcomer's train split."""
+        return finetuned(broadcast["params"], client, finetune_epochs, frozen=[])
 
     def download_nbytes(
         self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None

@@ -15,6 +15,7 @@ initial model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.sizes import nbytes
-from fedsim.streams import LOOP_BATCHES_KEY
+from fedsim.streams import LOOP_BATCHES_KEY, NEWCOMER_FINETUNE_KEY
 from lightning_modules.flat_params import flat_ranges, gather, scatter
 
 
@@ -119,6 +120,15 @@ class SharedPart(Algorithm):
             update.state = {"personal": gather(trained, self.personal_ranges)}
         return update
 
+    def newcomer_personal(
+        self, broadcast: dict[str, Any], client: ClientInfo, finetune_epochs: int
+    ) -> torch.Tensor:
+        """A held-out client's model: the server's, whose personal entries are the server's
+        own (never trained: the initial model's, as a client's first round starts from),
+        with those entries fine-tuned on its train split for ``finetune_epochs`` epochs and
+        the shared entries frozen (``finetuned``)."""
+        return finetuned(broadcast["params"], client, finetune_epochs, self.shared_names())
+
     def download_nbytes(
         self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
     ) -> int:
@@ -136,6 +146,22 @@ class SharedPart(Algorithm):
         """The shared entries; the ``shared`` sum is their mean."""
         ranges = None if self.everything_shared else self.shared_ranges
         return ModelUpload(ranges=ranges, sums=("shared",))
+
+
+def finetuned(
+    model: torch.Tensor, client: ClientInfo, epochs: int, frozen: list[str]
+) -> torch.Tensor:
+    """``model`` after ``epochs`` epochs of local training on a held-out client's train split
+    (its probe's extra pass, seeded by ``NEWCOMER_FINETUNE_KEY``) with ``frozen`` left as
+    they are: a newcomer adapting the part of the federation's model it may change.
+    ``model`` itself when ``epochs`` is 0 (no adaptation) or the pass diverged; never
+    written to."""
+    if epochs < 1:
+        return model
+    if client.probe is None:
+        raise RuntimeError("a newcomer fine-tunes through the worker's probe; it has none")
+    tuned, loss = client.probe.train(model, epochs=epochs, frozen=frozen, key=NEWCOMER_FINETUNE_KEY)
+    return tuned if math.isfinite(loss) else model
 
 
 def shared_mean(sums: dict[str, WeightedSum]) -> torch.Tensor | None:
