@@ -47,9 +47,9 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "ifca": ("IFCA (2 clusters)", ["algorithm.name=ifca", "algorithm.clusters=2"]),
 }
 PARTITIONS: dict[str, tuple[str, list[str]]] = {
-    "pat": ("pathological, 2 classes/client", ["data.partition.name=pathological"]),
-    "dir": ("practical, Dir(0.1)", ["data.partition.name=dirichlet", "data.partition.alpha=0.1",
-                                    "data.partition.classes_per_client=null"]),
+    "pat": ("pathological, 2 classes/client",
+            ["data.partition.name=pathological", "data.partition.classes_per_client=2"]),
+    "dir": ("practical, Dir(0.1)", ["data.partition.name=dirichlet", "data.partition.alpha=0.1"]),
 }  # fmt: skip
 
 
