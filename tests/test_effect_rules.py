@@ -26,6 +26,7 @@ WANDB_ON, WANDB_OFF = ["tracking.wandb.enabled=true"], ["tracking.wandb.enabled=
 DP_LOCAL = ["privacy.mode=local", "privacy.clip_norm=1"]
 # (key, enabler) -> (a valid non-default value, overrides that enable it, ones that do not)
 CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
+    ("eval.finetune_epochs", "eval.holdout_clients"): ("2", ["eval.holdout_clients=2"], []),
     ("aggregation.trim", "aggregation.rule"): (
         "0.2", ["aggregation.rule=trimmed_mean"], ["aggregation.rule=median"]),
     ("aggregation.krum_f", "aggregation.rule"): (

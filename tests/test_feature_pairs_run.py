@@ -106,12 +106,9 @@ GROUPS: dict[str, dict[str, Options]] = {
     "data": {"mnist": MNIST, "plays": SHAKESPEARE},
     "join_ratio": {"full-cohort": [], "half-cohort": FEATURES["half-cohort"]},
     "checkpoint": {"no-checkpoint": [], "checkpoint": FEATURES["checkpoint"]},
-    "evaluation": {
-        "eval-default": [],
-        "holdout": FEATURES["holdout"],
-        "eval-both": FEATURES["eval-both"],
-        "after-training": FEATURES["after-training"],
-    },
+    "holdout": {"no-holdout": [], "holdout": FEATURES["holdout"]},
+    "eval-model": {"eval-personal": [], "eval-both": FEATURES["eval-both"]},
+    "eval-when": {"eval-start": [], "after-training": FEATURES["after-training"]},
     "executor": {"local": [], "ray": RAY},
 }
 
