@@ -60,6 +60,8 @@ FEATURES = {
     "compression": ["compression.kind=topk", "compression.fraction=0.1"],
     "attacks": ["attack.kind=sign_flip", "attack.fraction=0.34"],
     "robust rules": ["aggregation.rule=multikrum", "aggregation.krum_f=0", "aggregation.krum_m=2"],
+    "held-out clients": ["eval.holdout_clients=1", "checkpoint_every=1"],
+    "after training": ["eval.when=after_training"],
     "Ray": [],
     "local": [],
 }
@@ -68,6 +70,9 @@ TABLE = {kind: {feature: "works" for feature in FEATURES} for kind in ("sync", "
 for _feature in ("DP local", "DP central", "clipping", "compression", "robust rules"):
     TABLE["exchange"][_feature] = NO_UPLOAD
 TABLE["exchange"]["attacks"] = "refused: a peer's gradients are not an upload it could corrupt"
+TABLE["exchange"]["held-out clients"] = "refused: SP-CACW serves only its targets"
+TABLE["async"]["after training"] = "refused: a model version is evaluated apart from training"
+TABLE["exchange"]["after training"] = "refused: no local training to evaluate after"
 
 
 def overrides(kind: str, feature: str) -> list[str]:
@@ -138,6 +143,13 @@ def test_cell_works(kind: str, feature: str, tmp_path: Path) -> None:
             assert any(row["attacked"] == "True" for row in csv.DictReader(file))
     elif feature == "robust rules":
         assert len(trained["robust_selected"]) == 2
+    elif feature == "held-out clients":  # evaluated as newcomers, and resumed to the bit
+        assert all("unseen/acc_weighted" in h for h in result.history)
+        resumed = run(tmp_path / "run", *options, "rounds=3", resume=True)
+        straight = run(tmp_path / "straight", *options, "rounds=3")
+        assert untimed(resumed.history) == untimed(straight.history)
+    elif feature == "after training":
+        assert trained["evaluated_after_training"] == trained["num_trained"] > 0
 
 
 RAY_CELLS = [k for k in TABLE if TABLE[k]["Ray"] == "works"]
@@ -155,7 +167,7 @@ REFUSED = [(k, f) for k in TABLE for f in FEATURES if TABLE[k][f] != "works"]
 @pytest.mark.parametrize(("kind", "feature"), REFUSED, ids=[f"{k}-{f}" for k, f in REFUSED])
 def test_cell_is_refused_in_one_line_naming_both_keys(kind, feature, capsys, tmp_path) -> None:
     line = refused_check(" ".join([*KINDS[kind], *FEATURES[feature]]), capsys, tmp_path)
-    assert "algorithm.name=spcacw" in line, line
+    assert {"exchange": "algorithm.name=spcacw", "async": "asynchronous.enabled"}[kind] in line
     assert any(option.split("=")[0] in line for option in FEATURES[feature]), line
 
 
