@@ -254,3 +254,19 @@ def test_bad_eval_values_are_one_line_and_write_nothing(overrides, keys, capsys,
     line = refused_check(overrides, capsys, tmp_path)
     for key in keys:
         assert key in line, line
+
+
+def test_a_newcomer_without_training_data_is_refused_where_its_rule_needs_some() -> None:
+    """FedPer adapts a newcomer on its own train split: a held-out client with none is one
+    line naming the key; FedAvg's rule (the global model) needs none."""
+    from fedsim.algorithms.registry import ALGORITHMS
+    from fedsim.rounds.evaluation import check_evaluation
+
+    data = tiny_data()
+    data.clients[4] = ClientSplit(np.zeros(0, np.int64), np.array([9]))
+    held = hold_out(data, 1, seed=next(s for s in range(50) if held_out_ids(5, 1, s) == [4]))
+    assert len(held.newcomers[0].train) == 0
+    cfg = load_config(None, ["eval.holdout_clients=1", "algorithm.name=fedper"])
+    with pytest.raises(ConfigError, match=r"eval.holdout_clients=1.*held-out client 4 has no"):
+        check_evaluation(cfg, ALGORITHMS["fedper"], "local", held)
+    check_evaluation(cfg, ALGORITHMS["fedavg"], "local", held)

@@ -26,16 +26,16 @@ def check_evaluation(
             e.holdout_clients,
             f"algorithm.name={name} cannot serve a client that never trained: {rule.refused}",
         )
-    if data.newcomers and rule.adapts and e.finetune_epochs > 0:
+    if data.newcomers and rule.adapts:
         members = data.num_clients
         bare = [members + k for k, c in enumerate(data.newcomers) if len(c.train) == 0]
         if bare:
             raise ConfigError(
                 "eval.holdout_clients",
                 e.holdout_clients,
-                f"held-out client {bare[0]} has no train split, and algorithm.name={name}'s "
-                "newcomer adapts on it (eval.finetune_epochs > 0); use eval.finetune_epochs=0 "
-                "or a partition that gives every client training samples",
+                f"held-out client {bare[0]} has no train split, and algorithm.name={name} "
+                "serves a newcomer from its own training data (docs/algorithms.md); use a "
+                "partition that gives every client training samples",
             )
     if e.model != "personal" and not algorithm.has_global_model:
         raise ConfigError(

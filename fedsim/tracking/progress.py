@@ -43,6 +43,8 @@ class ProgressSink(Sink):
         if "acc_weighted" in record.summary:
             s = record.summary
             fields["acc"] = f"acc {s['acc_weighted']:.4f} (mean {s['acc_mean']:.4f})"
+            if "unseen/acc_weighted" in s:  # held-out clients
+                fields["acc"] += f", unseen {s['unseen/acc_weighted']:.4f}"
         for warning in record.summary.get("warnings", []):
             self.progress.console.print(f"[yellow]round {record.round}: warning: {warning}")
         # the final, evaluation-only round (round == rounds) trains nothing: no step
