@@ -6,6 +6,7 @@ resume, Ray, and the one-line refusals."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -270,3 +271,33 @@ def test_a_newcomer_without_training_data_is_refused_where_its_rule_needs_some()
     with pytest.raises(ConfigError, match=r"eval.holdout_clients=1.*held-out client 4 has no"):
         check_evaluation(cfg, ALGORITHMS["fedper"], "local", held)
     check_evaluation(cfg, ALGORITHMS["fedavg"], "local", held)
+
+
+GLOBAL_AS_IT_IS = ["fedavg", "fedavgm", "feddisco", "feddyn", "fednova", "fedprox", "fedvg",
+                   "moon", "scaffold"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", GLOBAL_AS_IT_IS)
+def test_server_family_newcomers_get_the_global_model_untouched(name: str) -> None:
+    """The FedAvg family's newcomer evaluates the broadcast's model itself: no training pass
+    (a probe that refuses every call), nothing else read, whatever eval.finetune_epochs."""
+    from helpers import client_info, federation
+
+    from fedsim.algorithms.registry import ALGORITHMS
+
+    class NoProbe:
+        def __getattr__(self, attr):
+            raise AssertionError(f"the global model's rule asked the probe for {attr}")
+
+    cls = ALGORITHMS[name]
+    fed = federation([("w", (3,)), ("b", (2,))], sizes=[4, 6])
+    params = {"fedprox": {"mu": 0.01}}.get(name, {})
+    algorithm = cls(cls.Params(**params), fed)
+    state = algorithm.init_state(torch.arange(5, dtype=torch.float32))
+    broadcast = algorithm.broadcast(state)
+    before = broadcast["params"].clone()
+    info = client_info(fed, 1, round_idx=3, probe=NoProbe())
+    info = dataclasses.replace(info, client=2)  # a held-out client: id num_clients
+    got = algorithm.newcomer_params(broadcast, algorithm.newcomer_payload(state), info, 3)
+    assert torch.equal(got, before) and torch.equal(broadcast["params"], before)
+    assert cls.newcomer.rule == "the global model as it is" and not cls.newcomer.adapts
