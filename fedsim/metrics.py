@@ -78,3 +78,21 @@ def best_and_final(history: list[dict]) -> dict[str, dict]:
         "best": {k: best[k] for k in pick if k in best},
         "final": {k: evaluated[-1][k] for k in pick},
     }
+
+
+def time_to_accuracy(history: list[dict], targets: list[float]) -> dict[str, dict]:
+    """``{"rounds_to_acc": {"0.8": 12, ...}, "time_to_acc": {...}}``: for each target, the
+    first evaluated round whose ``acc_weighted`` reaches it, and that round's ``sim_time``
+    (runs with a virtual clock only); None where the run never reached it."""
+    if not targets:
+        return {}
+    evaluated = [h for h in history if "acc_weighted" in h]
+    clock = any("sim_time" in h for h in evaluated)
+    rounds: dict[str, int | None] = {}
+    times: dict[str, float | None] = {}
+    for target in targets:
+        first = next((h for h in evaluated if h["acc_weighted"] >= target), None)
+        key = f"{target:g}"
+        rounds[key] = None if first is None else int(first["round"])
+        times[key] = None if first is None else first.get("sim_time")
+    return {"rounds_to_acc": rounds, **({"time_to_acc": times} if clock else {})}

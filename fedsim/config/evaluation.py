@@ -5,7 +5,8 @@ each algorithm serves them as a newcomer by its own rule (``docs/algorithms.md``
 round reports ``unseen/acc_*`` and ``participation_gap`` beside the usual accuracies.
 ``model``: the personalized model (today's), the global one, or both. ``when``: on the model
 a client receives (PFLlib), or on the one it keeps after the round's local training
-(FL-bench).
+(FL-bench). ``target_acc``: accuracies whose first evaluated round (and its ``sim_time``,
+where the run has a clock) summary.json reports: rounds and time to accuracy.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class EvalConfig:
     )
     when: str = checked(  # start (the model received) | after_training (the model kept)
         "start", lambda v: v in EVAL_TIMES, f"allowed: {', '.join(EVAL_TIMES)}"
+    )
+    # accuracies (acc_weighted) whose first round, and virtual time, summary.json reports
+    target_acc: list[float] = checked(
+        predicate=lambda v: (
+            isinstance(v, list) and all(isinstance(x, (int, float)) and 0 < x <= 1 for x in v)
+        ),
+        allowed="a list of accuracies in (0, 1]",
+        factory=list,
     )
 
 

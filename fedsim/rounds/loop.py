@@ -32,7 +32,7 @@ from fedsim.config import ExperimentConfig
 from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.errors import ClientFailureError, error_line, show_value
 from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
-from fedsim.metrics import best_and_final
+from fedsim.metrics import best_and_final, time_to_accuracy
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
 from fedsim.rounds.result import RunResult
@@ -142,8 +142,8 @@ class RoundLoop:
         self.deployment.annotate(record)
         return record
 
-    @staticmethod
     def finish(
+        self,
         sinks: list[Sink],
         history: list[dict[str, Any]],
         status: str,
@@ -151,18 +151,24 @@ class RoundLoop:
         error: str | None = None,
     ) -> dict[str, Any]:
         """The run's summary (``run_summary``), handed to every sink."""
-        summary = run_summary(history, status, done, error)
+        summary = run_summary(history, status, done, error, self.cfg.eval.target_acc)
         for sink in sinks:
             sink.finish(summary)
         return summary
 
 
 def run_summary(
-    history: list[dict[str, Any]], status: str, done: int, error: str | None = None
+    history: list[dict[str, Any]],
+    status: str,
+    done: int,
+    error: str | None = None,
+    targets: list[float] | None = None,
 ) -> dict[str, Any]:
-    """summary.json: best/final over the rounds run, and how the run ended (``status``;
-    unless completed, ``rounds_completed``: ``done``; a failed run's ``error`` line)."""
+    """summary.json: best/final over the rounds run, rounds (and virtual time) to each
+    ``targets`` accuracy, and how the run ended (``status``; unless completed,
+    ``rounds_completed``: ``done``; a failed run's ``error`` line)."""
     summary: dict[str, Any] = {**best_and_final(history), "status": status}
+    summary.update(time_to_accuracy(history, targets or []))
     privacy = privacy_summary(history)
     if privacy is not None:
         summary["privacy"] = privacy
