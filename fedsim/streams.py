@@ -91,7 +91,7 @@ STREAMS = _streams(
      ("seed", "round", CENTRAL_NOISE_TAG, "sum_key")),
     ("clip_count", "fedsim.deployment.stages.clip", "numpy", ("seed", CLIP_COUNT_TAG, "step")),
     ("client", "fedsim.runtime.worker", "torch32", ("seed", "round", "client")),
-    ("gradient_subset", "fedsim.runtime.worker", "numpy",
+    ("gradient_subset", "fedsim.runtime.gradient_work", "numpy",
      ("seed", "round", "client", GRADIENT_SUBSET_KIND, "key")),
     ("probe_train", "fedsim.runtime.probe", "torch32",
      ("seed", "round", "client", PROBE_TRAIN_KIND, "key")),

@@ -221,7 +221,9 @@ class Algorithm:
         """The parameters a held-out client evaluates with, by the ``newcomer`` rule
         (``client.probe`` on its own data; ``finetune_epochs``: eval.finetune_epochs). It
         keeps nothing: the federation never sees what a newcomer did. Default: the global
-        model."""
+        model (a refused rule raises; the config check stops such a run before)."""
+        if self.newcomer.refused:
+            raise ValueError(self.newcomer.refused)
         return self.global_params(broadcast)
 
     def kept_params(

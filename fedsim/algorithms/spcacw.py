@@ -46,9 +46,7 @@ Evaluation: only the targets are evaluated (``evaluates``), each with its own mo
 own test split, so the round's ``acc_mean`` is the mean target accuracy the seed reports.
 A client that is not a target has no SP-CACW model: on the driver its personalized model
 is the initial one. ``join_ratio`` does not apply (peers join by ``participation``).
-Held-out clients (``eval.holdout_clients``) are refused: a target's model and its alpha are
-built by gradient exchanges over the rounds, and a newcomer is no target; there is no
-federation model to hand it either.
+Held-out clients (``eval.holdout_clients``) are refused: a newcomer is no target.
 
 Logged per round: ``alpha`` (targets x clients), ``alpha/<target>/<peer>`` series for the
 first few targets, ``alpha_zero`` (mean number of peers with alpha exactly 0 per target),
@@ -192,16 +190,6 @@ class SPCACW(Algorithm):
         row = self.row.get(client.client)
         own = broadcast["initial"] if row is None else broadcast["models"][row]
         return ClientPlan(train_params=own)
-
-    def newcomer_params(
-        self,
-        broadcast: dict[str, Any],
-        payload: dict[str, Any],
-        client: ClientInfo,
-        finetune_epochs: int,
-    ) -> torch.Tensor:
-        """Refused (``newcomer.refused``); the config check stops such a run before this."""
-        raise ValueError(self.newcomer.refused)
 
     # --- the round ---
     def train_round(

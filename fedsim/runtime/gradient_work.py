@@ -1,6 +1,6 @@
 """A worker's gradient-only work: stacked gradient tasks and curvature tasks.
 
-``ClientWorker`` calls these for ``GradientTask`` (stacked form) and ``CurvatureTask``
+``ClientWorker`` calls these for ``GradientTask`` (plain and stacked) and ``CurvatureTask``
 (``fedsim.gradient_tasks``). A stacked task computes every gradient of its ``at`` entries in
 one call, so nothing per entry crosses a process boundary on its own. Entries at one model
 row with equal sample counts are one ``torch.func.vmap`` of ``grad`` over their minibatches
@@ -20,7 +20,7 @@ from torch import nn
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput, gram
 from fedsim.runtime.curvature import hessian_top_eigenvalue
 from fedsim.runtime.training import gradient_client, seed_torch
-from fedsim.streams import CURVATURE_KIND, STACKED_GRADIENT_KIND
+from fedsim.streams import CURVATURE_KIND, GRADIENT_SUBSET_KIND, STACKED_GRADIENT_KIND
 
 
 class ClientWorker(Protocol):
@@ -34,6 +34,38 @@ class ClientWorker(Protocol):
     spec: Any
     device: torch.device
     vmappable: bool  # the module allows batched gradients (``vmappable``)
+
+
+def gradient(
+    worker: ClientWorker,
+    round_idx: int,
+    broadcast: dict[str, Any],
+    task: GradientTask,
+    torch_seed: int,
+) -> TaskOutput:
+    """One gradient task: the mean CE gradient at its parameters (default the broadcast's)
+    on its samples; a stacked task goes to ``stacked_gradients``. ``torch_seed``: the
+    client's (dropout), from (seed, round, client) as in its training."""
+    if task.stack is not None:
+        return stacked_gradients(worker, round_idx, broadcast, task)
+    worker.flat.copy_(broadcast["params"] if task.params is None else task.params)
+    samples = task_samples(worker, round_idx, task, GRADIENT_SUBSET_KIND)
+    seed_torch(torch_seed, worker.device)
+    grad = torch.zeros_like(worker.flat)
+    loss = gradient_client(
+        worker.module,
+        worker.data,
+        samples,
+        grad,
+        worker.layout,
+        batch_size=worker.spec.eval_batch_size,
+        train_mode=task.train_mode,
+        device=worker.device,
+    )
+    return TaskOutput(
+        client=task.client, tag=task.tag, gradient=grad.to("cpu"), loss=loss,
+        num_samples=len(samples),
+    )  # fmt: skip
 
 
 def task_seed(seed: int, round_idx: int, client: int, kind: int, *key: int) -> int:

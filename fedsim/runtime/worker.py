@@ -33,7 +33,7 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.run_plan import LearningRate, LocalEpochs, OptimizerSettings
-from fedsim.runtime.gradient_work import curvature, stacked_gradients, vmappable
+from fedsim.runtime.gradient_work import curvature, gradient, vmappable
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.probe import WorkerProbe
 from fedsim.runtime.training import (
@@ -42,12 +42,10 @@ from fedsim.runtime.training import (
     all_finite,
     evaluate_client,
     frozen_parameters,
-    gradient_client,
     keep_frozen,
     seed_torch,
     train_client,
 )
-from fedsim.streams import GRADIENT_SUBSET_KIND
 from lightning_modules.flat_params import bind_flat_parameters
 
 
@@ -162,7 +160,8 @@ class ClientWorker:
             if isinstance(task, CurvatureTask):
                 result.outputs.append(curvature(self, round_idx, broadcast, task))
             elif isinstance(task, GradientTask):
-                result.outputs.append(self._gradient(round_idx, broadcast, task))
+                seed = client_seed(self.spec.seed, round_idx, task.client)
+                result.outputs.append(gradient(self, round_idx, broadcast, task, seed))
             else:
                 raise TypeError(f"unknown task type {type(task).__name__}")
             result.compute_seconds += time.perf_counter() - began
@@ -172,39 +171,6 @@ class ClientWorker:
     def _trained_params(self) -> torch.Tensor:
         """A CPU copy of the module's flat parameters."""
         return self.flat.detach().to("cpu", copy=True)
-
-    def _gradient(
-        self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
-    ) -> TaskOutput:
-        if task.stack is not None:
-            return stacked_gradients(self, round_idx, broadcast, task)
-        self.flat.copy_(broadcast["params"] if task.params is None else task.params)
-        samples = self.data.split(task.client).train if task.indices is None else task.indices
-        samples = np.asarray(samples, dtype=np.int64)
-        if task.num_samples is not None and task.num_samples < len(samples):
-            rng = np.random.default_rng(
-                [self.spec.seed, round_idx, task.client, GRADIENT_SUBSET_KIND, task.key]
-            )
-            samples = np.sort(rng.choice(samples, size=task.num_samples, replace=False))
-        seed_torch(client_seed(self.spec.seed, round_idx, task.client), self.device)
-        grad = torch.zeros_like(self.flat)
-        loss = gradient_client(
-            self.module,
-            self.data,
-            samples,
-            grad,
-            self.layout,
-            batch_size=self.spec.eval_batch_size,
-            train_mode=task.train_mode,
-            device=self.device,
-        )
-        return TaskOutput(
-            client=task.client,
-            tag=task.tag,
-            gradient=grad.to("cpu"),
-            loss=loss,
-            num_samples=len(samples),
-        )
 
     def _evaluate(self, params: torch.Tensor, samples: np.ndarray) -> EvalResult:
         """Accuracy and loss of ``params`` on ``samples`` (eval mode)."""
