@@ -160,8 +160,7 @@ class ClientWorker:
             if isinstance(task, CurvatureTask):
                 result.outputs.append(curvature(self, round_idx, broadcast, task))
             elif isinstance(task, GradientTask):
-                seed = client_seed(self.spec.seed, round_idx, task.client)
-                result.outputs.append(gradient(self, round_idx, broadcast, task, seed))
+                result.outputs.append(self._gradient(round_idx, broadcast, task))
             else:
                 raise TypeError(f"unknown task type {type(task).__name__}")
             result.compute_seconds += time.perf_counter() - began
@@ -171,6 +170,13 @@ class ClientWorker:
     def _trained_params(self) -> torch.Tensor:
         """A CPU copy of the module's flat parameters."""
         return self.flat.detach().to("cpu", copy=True)
+
+    def _gradient(
+        self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
+    ) -> TaskOutput:
+        """A gradient task (the probe's too), with the client's torch seed."""
+        seed = client_seed(self.spec.seed, round_idx, task.client)
+        return gradient(self, round_idx, broadcast, task, seed)
 
     def _evaluate(self, params: torch.Tensor, samples: np.ndarray) -> EvalResult:
         """Accuracy and loss of ``params`` on ``samples`` (eval mode)."""
