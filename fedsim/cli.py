@@ -31,18 +31,22 @@ from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.search.options import add_arguments as add_tune_arguments
 
 SUMMARY_COLUMNS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
+# shown when the run has them: held-out clients' accuracy and the gap, the global model's
+EXTRA_COLUMNS = ("unseen/acc_weighted", "participation_gap", "global/acc_weighted")
 
 
 def summary_table(summary: dict, title: str) -> Table:
     """A run's best and final rounds (``fedsim run`` at the end, ``fedsim report``); a value
     that is not a number (a summary.json edited by hand) shows as ``-``."""
     table = Table(title=title)
-    for col in ("", "round", *SUMMARY_COLUMNS):
+    final = summary.get("final") if isinstance(summary.get("final"), dict) else {}
+    columns = (*SUMMARY_COLUMNS, *(k for k in EXTRA_COLUMNS if k in final))
+    for col in ("", "round", *columns):
         table.add_column(col, justify="right")
     for which in ("best", "final"):
         row = summary.get(which)
         if isinstance(row, dict) and row:
-            cells = (_number(row.get(k)) for k in SUMMARY_COLUMNS)
+            cells = (_number(row.get(k)) for k in columns)
             table.add_row(which, str(row.get("round", "-")), *cells)
     return table
 
