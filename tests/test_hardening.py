@@ -176,22 +176,26 @@ def test_report_reads_what_it_can_and_names_what_it_cannot(tmp_path, capsys):
 
 
 def test_every_clients_csv_column_reads_back_typed(tmp_path):
-    """A run with an attack and a robust rule writes the ``attacked`` column (True/False) and
-    empty weights; every column ClientRow can hold is read back as a number, and the plots
-    are drawn (they failed on 'False' before)."""
+    """A run with an attack, a robust rule, a held-out client and both models evaluated
+    writes the ``attacked`` and ``held_out`` columns (True/False), ``global_accuracy`` and
+    empty weights; every column ClientRow can hold is read back as a number (held-out rows
+    apart), and the plots are drawn (they failed on 'False' before)."""
     import dataclasses
 
     fields = {f.name for f in dataclasses.fields(ClientRow)} - {"train"}  # train/<name> columns
     assert set(CLIENT_COLUMNS) == fields
     run_dir = tmp_path / "run"
     torch.set_num_threads(1)
-    cfg = load_config(QUICKSTART, [*TINY, "data.num_clients=6",
-                      "attack.kind=sign_flip", "aggregation.rule=krum"])  # fmt: skip
+    cfg = load_config(QUICKSTART, [*TINY, "data.num_clients=7", "eval.holdout_clients=1",
+                      "eval.model=both", "attack.kind=sign_flip",
+                      "aggregation.rule=krum"])  # fmt: skip
     run_experiment(cfg, run_dir, progress=False)
     run = load_run(run_dir)
     assert not run.problems
-    assert set(run.clients) == set(CLIENT_COLUMNS)
+    assert set(run.clients) == set(run.held_out) == set(CLIENT_COLUMNS)
     assert set(np.unique(run.clients["attacked"])) <= {0.0, 1.0}
+    assert set(run.clients["held_out"]) == {0.0} and set(run.held_out["held_out"]) == {1.0}
+    assert np.isfinite(run.clients["global_accuracy"]).all()
     assert run.clients["client"].dtype == np.int64
     assert (run_dir / "plots" / "client_accuracy_vs_classes.png").is_file()
 
