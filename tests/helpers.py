@@ -3,10 +3,12 @@ client info, a driven round), a fake probe and comparisons."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,3 +296,23 @@ def wait_until_gone(pids: list[int], timeout: float = 60.0) -> list[int]:
         alive = [p for p in alive if running(p)]
         time.sleep(0.2)
     return alive
+
+
+@contextlib.contextmanager
+def newcomers_unevaluated(members: int) -> Iterator[None]:
+    """While it lasts, the round loop plans no evaluation of a held-out client (ids from
+    ``members`` on): the control run of the tests that show newcomers change nothing."""
+    import fedsim.rounds.loop as loop_module
+
+    original = loop_module.RoundLoop.plan
+
+    def members_only(self, round_idx):
+        planned = original(self, round_idx)
+        kept = frozenset(c for c in planned.evaluated if c < members)
+        return dataclasses.replace(planned, evaluated=kept)
+
+    loop_module.RoundLoop.plan = members_only
+    try:
+        yield
+    finally:
+        loop_module.RoundLoop.plan = original

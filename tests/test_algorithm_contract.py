@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import assert_same, untimed
+from helpers import assert_same, newcomers_unevaluated, untimed
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
@@ -176,23 +176,10 @@ def newcomer_run(name: str, *eval_options: str, evaluate_newcomers: bool = True)
     simulation = Simulation(cfg, build_data(cfg, tiny_dataset()))
     simulation.worker_spec.num_threads = 1
     members = simulation.data.num_clients
+    members = members if not evaluate_newcomers else len(simulation.data.everyone)
     with LocalExecutor(simulation.worker_spec, simulation.data) as executor:
-        if evaluate_newcomers:
+        with newcomers_unevaluated(members):
             return simulation.run(executor)
-        import fedsim.rounds.loop as loop_module
-
-        original = loop_module.RoundLoop.plan
-
-        def members_only(self, round_idx):
-            planned = original(self, round_idx)
-            kept = frozenset(c for c in planned.evaluated if c < members)
-            return dataclasses.replace(planned, evaluated=kept)
-
-        loop_module.RoundLoop.plan = members_only
-        try:
-            return simulation.run(executor)
-        finally:
-            loop_module.RoundLoop.plan = original
 
 
 def config_overrides(name: str, rounds: int) -> list[str]:

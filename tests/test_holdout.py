@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import refused_check, run_local_and_ray, untimed
+from helpers import newcomers_unevaluated, refused_check, run_local_and_ray, untimed
 
-import fedsim.rounds.loop as loop_module
 from fedsim.config import load_config
 from fedsim.config.evaluation import holdout_count
 from fedsim.data.dataset_types import ImageDataset
@@ -41,21 +40,14 @@ BASE = [
 UNSEEN = ("unseen/", "participation_gap")
 
 
-def run(*options: str, evaluate_newcomers: bool = True, monkeypatch=None):
+def run(*options: str, evaluate_newcomers: bool = True):
     """A local run of BASE + ``options``; ``evaluate_newcomers=False``: the loop plans no
     held-out client's evaluation (the control of the does-not-change-anything test)."""
     torch.set_num_threads(1)
     sim = Simulation(load_config(None, [*BASE, *options]))
-    if not evaluate_newcomers:
-        plan = loop_module.RoundLoop.plan
-
-        def members_only(self, round_idx):
-            planned = plan(self, round_idx)
-            kept = frozenset(c for c in planned.evaluated if c < sim.data.num_clients)
-            return type(planned)(planned.round, planned.training, kept, planned.cohort)
-
-        monkeypatch.setattr(loop_module.RoundLoop, "plan", members_only)
-    return sim, sim.run(LocalExecutor(sim.worker_spec, sim.data))
+    members = sim.data.num_clients if not evaluate_newcomers else len(sim.data.everyone)
+    with newcomers_unevaluated(members):
+        return sim, sim.run(LocalExecutor(sim.worker_spec, sim.data))
 
 
 def seen_only(history: list[dict]) -> list[dict]:
@@ -140,13 +132,13 @@ def test_evaluation_summary_splits_seen_and_unseen_clients_by_hand() -> None:
 # ------------------------------------------------------------------ real runs, promises
 
 
-def test_newcomers_change_nothing_the_federation_keeps(monkeypatch) -> None:
+def test_newcomers_change_nothing_the_federation_keeps() -> None:
     """SCAFFOLD (server and client control variates) with 2 held-out clients: the run equals,
     to the bit, the same run whose loop never evaluates them (metrics apart from unseen/*,
     server state, every client's state)."""
     options = ["algorithm.name=scaffold", "eval.holdout_clients=2"]
     _, with_newcomers = run(*options)
-    _, without = run(*options, evaluate_newcomers=False, monkeypatch=monkeypatch)
+    _, without = run(*options, evaluate_newcomers=False)
     assert "unseen/acc_weighted" in with_newcomers.history[0]
     assert "unseen/acc_weighted" not in without.history[0]
     assert seen_only(with_newcomers.history) == seen_only(without.history)

@@ -49,6 +49,8 @@ def dispatch(
     evaluated, trained = set(evaluate), set(train)
     broadcast = algorithm.broadcast(state)
     members = algorithm.federation.num_clients  # ids from here on: held-out clients
+    held_out = [c for c in evaluated if c >= members]
+    newcomer_payload = algorithm.newcomer_payload(state) if held_out else {}  # once a round
     tasks = [
         ClientTask(
             client=c,
@@ -60,7 +62,7 @@ def dispatch(
         if c < members
         else ClientTask(
             client=c,
-            payload=algorithm.newcomer_payload(state),
+            payload=newcomer_payload,
             state=None,
             evaluate=True,
             train=False,
