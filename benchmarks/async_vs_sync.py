@@ -3,7 +3,7 @@
     python benchmarks/async_vs_sync.py --seeds 0 1 2 --out benchmarks/results/robustness.md
 
 mnist-5k split IID over 10 clients, FedAvg (lr 0.05, batch 10, one local epoch), 30% of the
-clients 4x slower (``asynchronous.speeds=slow_fraction:0.3,4``). A client round takes
+clients 4x slower (``system.speeds=slow_fraction:0.3,4``). A client round takes
 (training samples x slowdown) units of virtual time; tau is the median of that over clients.
 The synchronous run samples every client every round, so each round waits for a slow client
 (4 tau); it runs ``--sync-rounds`` rounds. Each asynchronous run gets as many aggregations
@@ -48,7 +48,7 @@ BASE = [
     "client.lr=0.05",
     "runtime.executor=local",
     "runtime.device=cpu",
-    "asynchronous.speeds=slow_fraction:0.3,4",
+    "system.speeds=slow_fraction:0.3,4",
 ]
 ASYNC = ["asynchronous.enabled=true"]
 METHODS = {
@@ -167,7 +167,7 @@ def section(runs: dict[str, list[dict]], seeds: list[int], sync_rounds: int, plo
         f"`python benchmarks/async_vs_sync.py --seeds {' '.join(map(str, seeds))} "
         f"--sync-rounds {sync_rounds}`. mnist-5k (5,000 digits) IID over 10 clients, "
         "FedAvg (lr 0.05, batch 10, one local epoch), 30% of the clients (3 of 10) 4x slower "
-        "(`asynchronous.speeds=slow_fraction:0.3,4`); a client round takes its training "
+        "(`system.speeds=slow_fraction:0.3,4`); a client round takes its training "
         "samples x slowdown in virtual time, tau is the median over clients (375 samples), so "
         "a synchronous round, which waits for every client, lasts 4 tau. Asynchronous runs "
         "keep all 10 clients in flight (`asynchronous.concurrency` = the cohort), with the "

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from fedsim.algorithms.base import Algorithm, FederationInfo
@@ -32,12 +31,12 @@ from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind
 from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
+from fedsim.rounds.system_clock import sample_cohort
 from fedsim.run_plan import LocalEpochs, OptimizerSettings, resolve_run_plan
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.worker import WorkerSpec
-from fedsim.streams import COHORT_TAG
 from fedsim.tracking.base import Sink
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
@@ -196,9 +195,8 @@ class Simulation:
         self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr)
         self.deployment = Deployment(cfg, self.algorithm, self.plan)
         self.round_kind = build_round_kind(
-            cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes(),
-            self.sample_cohort,
-        )  # fmt: skip
+            cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes()
+        )
         self.interrupted: Interruption | None = None
         c = cfg.client
         self.worker_spec = WorkerSpec(
@@ -221,9 +219,9 @@ class Simulation:
 
     def sample_cohort(self, round_idx: int) -> list[int]:
         """``int(join_ratio * clients)`` clients (at least 1), seeded by (seed, round)."""
-        n, size = self.plan.num_clients, self.plan.cohort_size
-        rng = np.random.default_rng([self.cfg.seed, round_idx, COHORT_TAG])
-        return sorted(rng.choice(n, size=size, replace=False).tolist())
+        return sample_cohort(
+            self.cfg.seed, round_idx, range(self.plan.num_clients), self.plan.cohort_size
+        )
 
     def run(
         self,

@@ -28,9 +28,11 @@ LOCAL_NOISE_TAG = 17  # a client's local privacy noise
 CENTRAL_NOISE_TAG = 19  # the server's privacy noise on a sum
 CLIP_COUNT_TAG = 20  # adaptive clipping's noisy count
 DISPATCH_TAG = 0xA5C  # who fills a free slot (buffered rounds)
-SPEED_TAG = 0x5BEED  # the clients' speeds (asynchronous.speeds)
+SPEED_TAG = 0x5BEED  # the clients' speeds (system.speeds)
 DROPOUT_TAG = 0x0D0F  # a dispatched client dropping out
 HOLDOUT_TAG = 0x4E3C  # which clients are held out (eval.holdout_clients)
+NETWORK_TAG = 0xBA4D  # the clients' network slowdowns (system.network_speeds)
+AVAILABILITY_TAG = 0xA7A1  # who is online when a synchronous round samples (system.availability)
 GRADIENT_SUBSET_KIND = 1  # a gradient task's sample subset
 PROBE_TRAIN_KIND = 2  # an algorithm's extra training pass (probe.train)
 PROBE_BATCHES_KIND = 3  # an algorithm's own minibatches (probe.batches)
@@ -78,9 +80,12 @@ STREAMS = _streams(
     ("max_samples", "fedsim.data.federated", "numpy", (0, MAX_SAMPLES_TAG)),
     ("holdout", "fedsim.data.holdout", "numpy", ("seed", HOLDOUT_TAG)),
     ("model_init", "fedsim.simulation", "torch-raw", ("seed",)),
-    ("cohort", "fedsim.simulation", "numpy", ("seed", "round", COHORT_TAG)),
+    ("cohort", "fedsim.rounds.system_clock", "numpy", ("seed", "round", COHORT_TAG, "attempt")),
     ("dispatch", "fedsim.rounds.schedule", "numpy", ("seed", DISPATCH_TAG, "step")),
     ("speeds", "fedsim.rounds.compose", "numpy", ("seed", SPEED_TAG)),
+    ("network_speeds", "fedsim.rounds.compose", "numpy", ("seed", SPEED_TAG, NETWORK_TAG)),
+    ("availability", "fedsim.rounds.system_clock", "numpy",
+     ("seed", "round", AVAILABILITY_TAG, "attempt")),
     ("dropout", "fedsim.rounds.staleness", "numpy", ("seed", SPEED_TAG, DROPOUT_TAG, "step")),
     ("attackers", "fedsim.deployment.attacks", "numpy", ("seed", ATTACKERS_TAG)),
     ("attack_noise", "fedsim.deployment.stages.attack", "torch32",

@@ -13,7 +13,8 @@ import torch
 from helpers import refused_check, untimed
 
 from fedsim.config import load_config
-from fedsim.rounds.schedule import AsyncSchedule, SyncTimeline, client_work
+from fedsim.rounds.schedule import AsyncSchedule, client_work
+from fedsim.rounds.system_clock import AlwaysOnline, Network, Rules, SyncClock
 from fedsim.rounds.staleness import (
     VirtualClock,
     buffered_weights,
@@ -105,10 +106,16 @@ def test_a_client_trains_at_most_once_per_version():
             seen.add((u.client, u.version))
 
 
-def test_sync_timeline_waits_for_the_slowest_sampled_client():
+def test_a_synchronous_round_waits_for_the_slowest_sampled_client():
     cohorts = {0: [0, 1], 1: [1, 2], 2: [0]}
-    timeline = SyncTimeline(np.array([1.0, 3.0, 2.0]), lambda r: cohorts[r])
-    assert [timeline.time_at(r) for r in range(4)] == [0, 3, 6, 7]
+    clock = VirtualClock(np.array([1.0, 3.0, 2.0]))
+    sync = SyncClock(clock, np.ones(3), Network.free(3), AlwaysOnline(3), Rules(2), seed=0)
+    times = []
+    for r in range(3):
+        times.append(sync.time)
+        attempt = sync.plain_attempt(r, cohorts[r], sync.time, r)
+        sync.time = sync.settle(attempt, {}, {}).end
+    assert [*times, sync.time] == [0, 3, 6, 7]
     assert client_work([10, 20], epochs=2).tolist() == [20, 40]
 
 
@@ -124,7 +131,7 @@ BASE = [
     "runtime.executor=local",
     "runtime.device=cpu",
 ]
-SLOW = "asynchronous.speeds=slow_fraction:0.34,4"
+SLOW = "system.speeds=slow_fraction:0.34,4"
 FEDBUFF = ["asynchronous.enabled=true", "asynchronous.buffer_size=3", SLOW]
 
 
@@ -171,7 +178,7 @@ def test_metrics_of_an_asynchronous_run():
 
 def test_sync_run_with_speeds_logs_its_simulated_time():
     sim, result = cached("rounds=2", SLOW)
-    slowest = sim.round_kind.timeline.durations.max()  # every client trains every round
+    slowest = sim.round_kind.clock.compute.max()  # every client trains every round
     assert [h["sim_time"] for h in result.history] == pytest.approx([0, slowest, 2 * slowest])
     _, plain = cached("rounds=2")
     assert "sim_time" not in plain.history[0]
@@ -207,7 +214,7 @@ def test_ray_pool_equals_local_executor(ray_cluster):
         )
         return RayExecutor(runtime, sim.worker_spec, sim.data)
 
-    options = ("rounds=3", *FEDBUFF, "asynchronous.dropout=0.2", "asynchronous.concurrency=5")
+    options = ("rounds=3", *FEDBUFF, "system.dropout=0.2", "asynchronous.concurrency=5")
     _, local = simulate(*options)
     _, ray_run = simulate(*options, executor=pool)
     assert untimed(ray_run.history) == untimed(local.history)
@@ -237,9 +244,10 @@ BAD = [
     ("asynchronous.enabled=true algorithm.name=fedamp", "fedamp uploads no model update"),
     ("asynchronous.enabled=true algorithm.name=cwfedavg", "cwfedavg has no sum"),
     ("asynchronous.enabled=true algorithm.name=spcacw", "gradient exchanges"),
-    ("asynchronous.dropout=0.1", "asynchronous.dropout=0.1"),
-    ("asynchronous.dropout=1", "asynchronous.dropout=1"),
-    ("asynchronous.speeds=gamma:1,2", "asynchronous.speeds='gamma:1,2'"),
+    ("system.dropout=1", "system.dropout=1"),
+    ("system.speeds=gamma:1,2", "system.speeds='gamma:1,2'"),
+    ("asynchronous.enabled=true system.upload_bandwidth=1e6", "not in asynchronous rounds yet"),
+    ("asynchronous.enabled=true system.overcommit=1.3", "system.overcommit=1.3: acts only"),
     ("asynchronous.stale=ignore", "allowed: discount, drop"),
     ("asynchronous.max_staleness=0", "asynchronous.max_staleness=0"),
     (
@@ -261,7 +269,7 @@ def test_bad_asynchronous_options_are_one_line_exit_2_and_no_run_folder(
 EFFECT = [
     "data.max_samples=2000",
     "data.num_clients=10",
-    "asynchronous.speeds=slow_fraction:0.3,4",
+    "system.speeds=slow_fraction:0.3,4",
 ]
 FEDBUFF5 = ["asynchronous.enabled=true", "asynchronous.buffer_size=5"]
 

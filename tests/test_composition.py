@@ -43,7 +43,7 @@ KINDS = {
     "async": [
         "asynchronous.enabled=true",
         "asynchronous.buffer_size=3",
-        "asynchronous.speeds=slow_fraction:0.34,4",
+        "system.speeds=slow_fraction:0.34,4",
     ],
     "exchange": ["algorithm.name=spcacw", "algorithm.targets=[0,1]"],
 }

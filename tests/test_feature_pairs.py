@@ -24,8 +24,8 @@ BASE = ["runtime.executor=local", "data.num_clients=8", "data.max_samples=400", 
 
 FEATURES: dict[str, list[str]] = {
     "async": ["asynchronous.enabled=true", "asynchronous.buffer_size=4"],
-    "async-dropout": ["asynchronous.enabled=true", "asynchronous.dropout=0.2"],
-    "speeds": ["asynchronous.speeds=slow_fraction:0.5,2"],
+    "async-dropout": ["asynchronous.enabled=true", "system.dropout=0.2"],
+    "speeds": ["system.speeds=slow_fraction:0.5,2"],
     "checkpoint": ["checkpoint_every=1"],
     "dp-local": ["privacy.mode=local", "privacy.clip_norm=1"],
     "dp-central": ["privacy.mode=central", "privacy.clip_norm=1"],

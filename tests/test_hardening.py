@@ -138,8 +138,8 @@ def test_a_flipped_spilled_state_is_an_error_not_another_client(tmp_path):
         ("seed=18446744073709551616", "seed=18446744073709551616: must be in [0, 2^63)"),
         ("rounds=" + "9" * 5000, "an integer of more than 4,300 digits"),
         ("client.lr=1" + "0" * 400, "must be a finite number (this one overflows)"),
-        ("asynchronous.speeds=lognormal:800,0", "overflows"),
-        ("asynchronous.enabled=true asynchronous.speeds=lognormal:800,0", "overflows"),
+        ("system.speeds=lognormal:800,0", "overflows"),
+        ("asynchronous.enabled=true system.speeds=lognormal:800,0", "overflows"),
         ("algorithm.name=oracle data.partition.name=dirichlet", "data.partition.name='dirichlet'"),
     ],
 )

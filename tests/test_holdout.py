@@ -296,11 +296,11 @@ def test_server_family_newcomers_get_the_global_model_untouched(name: str) -> No
 
 
 def test_summary_reports_rounds_and_virtual_time_to_each_target_accuracy(tmp_path: Path) -> None:
-    """eval.target_acc in a synchronous run with a clock (asynchronous.speeds): summary.json
+    """eval.target_acc in a synchronous run with a clock (system.speeds): summary.json
     gives the first evaluated round reaching each accuracy and its sim_time, as metrics.jsonl
     shows them; an unreachable target is null."""
     cfg = load_config(None, [*BASE, "data.partition.name=iid", "eval.target_acc=[0.2, 0.99]",
-                             "asynchronous.speeds=slow_fraction:0.5,3"])  # fmt: skip
+                             "system.speeds=slow_fraction:0.5,3"])  # fmt: skip
     result = run_experiment(cfg, tmp_path, progress=False, report=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     first = next(m for m in lines if m.get("acc_weighted", 0) >= 0.2)

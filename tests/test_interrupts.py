@@ -44,7 +44,7 @@ GUARD_S = 300  # a failure guard for a run that hangs, never a timing assertion
 ROUNDS = 8
 SMALL = ["data.num_clients=4", "data.max_samples=400"]
 ASYNC = ["asynchronous.enabled=true", "asynchronous.buffer_size=2",
-         "asynchronous.speeds=slow_fraction:0.5,4"]  # fmt: skip
+         "system.speeds=slow_fraction:0.5,4"]  # fmt: skip
 # rounds short; checkpoint_every > rounds: only the stop writes a checkpoint mid-run. The
 # local executor's runs are asynchronous (clients in flight at the stop), Ray's synchronous
 EXECUTOR = {"local": ["runtime.executor=local", *ASYNC],

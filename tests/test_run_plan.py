@@ -95,12 +95,12 @@ def test_the_simulation_hands_every_reader_the_plans_values():
 
 
 def test_virtual_time_counts_each_clients_own_epochs():
-    from fedsim.rounds.compose import virtual_clock
+    from fedsim.rounds.clock_build import compute_clock
 
-    cfg = load_config(None, ["asynchronous.speeds=constant"])
+    cfg = load_config(None, ["system.speeds=constant"])
     sizes = np.array([10, 10, 10])
-    _, same = virtual_clock(cfg, sizes, LocalEpochs(1))
-    _, cycled = virtual_clock(cfg, sizes, LocalEpochs(1, (1, 3)))
+    _, same = compute_clock(cfg, sizes, LocalEpochs(1))
+    _, cycled = compute_clock(cfg, sizes, LocalEpochs(1, (1, 3)))
     assert cycled.tolist() == [same[0], 3 * same[1], same[2]]
 
 

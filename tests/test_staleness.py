@@ -98,7 +98,7 @@ def test_parse_errors_are_one_line_and_name_spec_and_allowed(spec, why):
     with pytest.raises(ValueError, match=why) as error:
         parse_speeds(spec)
     message = str(error.value)
-    assert "\n" not in message and repr(spec) in message and "asynchronous.speeds" in message
+    assert "\n" not in message and repr(spec) in message and "system.speeds" in message
     assert "allowed: constant | lognormal" in message
 
 

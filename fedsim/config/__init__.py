@@ -3,6 +3,7 @@
 - ``sections.py``: data, model, client, runtime, algorithm and tracking sections;
 - ``deployment.py`` / ``asynchronous.py``: the deployment options and asynchronous rounds;
 - ``evaluation.py``: the ``eval`` section (held-out clients, which model, when);
+- ``system.py``: the ``system`` section (devices, networks, availability, deadlines);
 - ``experiment.py``: ``ExperimentConfig``, the run's own keys and one of each section;
 - ``build.py``: a nested dict (YAML + overrides, ``yaml_io.py``) into an ExperimentConfig.
 
@@ -10,7 +11,7 @@ Every error is a ``ConfigError`` naming the dotted key, the value and what is al
 field's range is declared on it with ``checked`` (fedsim/checks.py), as ``fedsim keys`` shows.
 """
 
-from fedsim.config.asynchronous import AsyncConfig, SpeedSpec, parse_speeds
+from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.build import build_dataclass, config_from_dict, load_config
 from fedsim.config.deployment import (
     AggregationConfig,
@@ -31,6 +32,7 @@ from fedsim.config.sections import (
     WandbConfig,
     is_run_name,
 )
+from fedsim.config.system import SpeedSpec, SystemConfig, parse_speeds
 from fedsim.config.yaml_io import apply_overrides, check_given_once, read_yaml_mapping
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "PrivacyConfig",
     "RuntimeConfig",
     "SpeedSpec",
+    "SystemConfig",
     "TrackingConfig",
     "WandbConfig",
     "apply_overrides",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -23,6 +24,7 @@ from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.sections import AlgorithmConfig
 from fedsim.config.suggest import closest_key
+from fedsim.config.system import move_old_keys
 from fedsim.errors import ConfigError
 
 
@@ -113,6 +115,8 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     """Validate a nested dict into an ExperimentConfig (algorithm params included)."""
     raw = dict(raw or {})
     raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
+    for note in move_old_keys(raw):  # keys that moved to another section keep working
+        print(f"fedsim: note: {note}", file=sys.stderr)
     algo_raw = raw.pop("algorithm", None)
     algo_raw = {} if algo_raw is None else algo_raw  # false, 0, [] are refused below
     if not isinstance(algo_raw, dict):

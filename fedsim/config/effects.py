@@ -107,6 +107,33 @@ DEPENDENT: list[Rule] = [
     ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
     ("eval.finetune_epochs", "eval.holdout_clients", lambda v: v > 0, "a count or fraction > 0"),
     *[
+        (f"system.{key}", "system.device_trace", lambda v: v is None, "null (a trace gives them)")
+        for key in (
+            "speeds", "time_per_sample", "upload_bandwidth", "download_bandwidth", "network_speeds"
+        )
+    ],  # fmt: skip
+    (
+        "system.network_speeds",
+        "system",
+        lambda s: s.upload_bandwidth is not None or s.download_bandwidth is not None,
+        "system.upload_bandwidth or system.download_bandwidth set",
+    ),
+    ("system.availability", "system.availability_trace", lambda v: v is None, "null"),
+    *[
+        (f"system.{key}", "asynchronous.enabled", lambda v: v is False, "false (synchronous)")
+        for key in ("overcommit", "deadline", "min_clients", "short_round")
+    ],
+    *[
+        (
+            f"system.{key}",
+            "system",
+            lambda s: s.gates_clients,
+            "availability, dropout, over-selection or a deadline (without them every round "
+            "keeps all it samples)",
+        )
+        for key in ("min_clients", "short_round")
+    ],
+    *[
         (f"tracking.wandb.{key}", "tracking.wandb.enabled", lambda v: v is True, "true")
         for key in ("project", "entity", "group", "tags", "mode", "max_client_series", "params")
     ],
@@ -138,6 +165,11 @@ def check_effective(cfg: Any) -> None:
         switch = _get(cfg, enabler)
         if not enables(switch):
             section = enabler in ("data.partition", "data")  # named by its .name
+            if dataclasses.is_dataclass(switch) and not section:  # a rule over several keys
+                raise ConfigError(
+                    key, value, f"acts only with {needed}, and this run has none: nothing "
+                    "would read it; remove it or set one",
+                )  # fmt: skip
             shown = switch.name if section else show_value(switch)
             where = f"{enabler}.name" if section else enabler
             raise ConfigError(

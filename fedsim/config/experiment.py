@@ -24,6 +24,7 @@ from fedsim.config.sections import (
     TrackingConfig,
     is_run_name,
 )
+from fedsim.config.system import SystemConfig
 
 
 @dataclass
@@ -60,6 +61,7 @@ class ExperimentConfig:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict[str, Any]:

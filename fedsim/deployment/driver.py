@@ -76,10 +76,17 @@ class Deployment:
         return next((s for s in self.stages if isinstance(s, kind)), None)
 
     # --- per round ---
-    def prepare(self, round_idx: int, tasks: list[Any], rebase: Rebase | None = None) -> None:
+    def prepare(
+        self,
+        round_idx: int,
+        tasks: list[Any],
+        rebase: Rebase | None = None,
+        individual: bool = False,
+    ) -> None:
         """Give every training task its ``UploadJob`` (none when no option is set and the
-        round kind asks for no ``rebase``: the default path is untouched)."""
-        if not self.active and rebase is None:
+        round kind asks for no ``rebase``: the default path is untouched). ``individual``:
+        every update comes on its own (a synchronous round that may leave some out)."""
+        if not self.active and rebase is None and not individual:
             return
         for task in tasks:
             if not task.train:
@@ -91,7 +98,7 @@ class Deployment:
                 model=decide_upload(self.algorithm, c, round_idx),
                 steps=tuple(step for step in steps if step is not None),
                 flips_labels=self.attack is not None and self.attack.flips_labels(c, round_idx),
-                individual=self.individual or rebase is not None,
+                individual=self.individual or rebase is not None or individual,
                 need_delta=self.need_delta,
             )
             if rebase is not None:

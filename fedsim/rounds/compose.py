@@ -13,9 +13,6 @@ options' own checks against the algorithm are ``fedsim/deployment/checks.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
 from fedsim.algorithms.base import Algorithm
@@ -24,13 +21,12 @@ from fedsim.deployment.decision import checked_uploads
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
+from fedsim.rounds.clock_build import check_system, compute_clock, sync_clock
 from fedsim.rounds.exchange import ExchangeRounds
 from fedsim.rounds.kind import RoundKind
 from fedsim.rounds.local import LocalRounds
-from fedsim.rounds.schedule import SyncTimeline, client_work
-from fedsim.rounds.staleness import VirtualClock, default_max_staleness
-from fedsim.run_plan import LocalEpochs, RunPlan
-from fedsim.streams import SPEED_TAG
+from fedsim.rounds.staleness import default_max_staleness
+from fedsim.run_plan import RunPlan
 
 KINDS = ("local", "exchange", "buffered")
 
@@ -71,20 +67,8 @@ def check_round_kind(
                 f"algorithm.name={name} trains by gradient exchanges, in which each peer joins "
                 "a step by algorithm.participation; leave join_ratio at 1",
             )
-        if a.speeds is not None:
-            raise ConfigError(
-                "asynchronous.speeds",
-                a.speeds,
-                f"algorithm.name={name} trains by gradient exchanges, which the virtual clock "
-                "does not time (it times one upload per client a round); leave it unset",
-            )
+    check_system(cfg, kind)
     if kind != "buffered":
-        if a.dropout > 0:
-            raise ConfigError(
-                "asynchronous.dropout",
-                a.dropout,
-                "only with asynchronous.enabled=true (a synchronous round waits for everyone)",
-            )
         return
     uploads = list(checked_uploads(algorithm, num_clients, cfg.rounds))
     if any(upload is None for upload in uploads):
@@ -135,31 +119,11 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
             )  # fmt: skip
 
 
-def virtual_clock(
-    cfg: ExperimentConfig, train_sizes: np.ndarray, epochs: LocalEpochs
-) -> tuple[VirtualClock, Any]:
-    """The clients' seeded speeds and each client's round duration in virtual time (its
-    samples times its own local epochs)."""
-    a, n = cfg.asynchronous, len(train_sizes)
-    clock = VirtualClock.from_spec(
-        a.speeds or "constant", n, seed=(cfg.seed, SPEED_TAG), dropout=a.dropout
-    )
-    work = client_work(train_sizes, np.asarray(epochs.all(n), dtype=np.int64))
-    durations = clock.durations(range(n), work)
-    if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
-        raise ConfigError(
-            "asynchronous.speeds",
-            a.speeds,
-            "gives some client a round time that is not a finite positive number; narrow it",
-        )
-    return clock, durations
-
-
 def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, plan: RunPlan) -> AsyncPlan:
     """The run's asynchronous settings resolved (speeds drawn, the stale threshold; K and C
     from the run plan)."""
     a = cfg.asynchronous
-    clock, durations = virtual_clock(cfg, train_sizes, plan.epochs)
+    clock, durations = compute_clock(cfg, train_sizes, plan.epochs)
     assert plan.concurrency is not None
     return AsyncPlan(
         clock=clock,
@@ -180,14 +144,13 @@ def build_round_kind(
     plan: RunPlan,
     deployment: Deployment,
     train_sizes: np.ndarray,
-    sample_cohort: Callable[[int], list[int]],
 ) -> RoundKind:
     """The round kind ``plan.kind`` for this run (checked by ``check_round_kind`` first)."""
     if plan.kind == "exchange":
         return ExchangeRounds(algorithm, cfg.seed, plan.lr.at, cfg.client.batch_size)
     if plan.kind == "buffered":
         return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, plan))
-    timeline = None
-    if cfg.asynchronous.speeds is not None:  # a synchronous run on the virtual clock
-        timeline = SyncTimeline(virtual_clock(cfg, train_sizes, plan.epochs)[1], sample_cohort)
-    return LocalRounds(algorithm, deployment, timeline)
+    if not cfg.system.timed:
+        return LocalRounds(algorithm, deployment)
+    clock = sync_clock(cfg, plan, train_sizes)  # a synchronous run on the virtual clock
+    return LocalRounds(algorithm, deployment, clock, cfg.system.gates_clients)

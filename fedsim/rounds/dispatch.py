@@ -26,7 +26,12 @@ class Dispatched:
     """A batch of client tasks, run."""
 
     worker_results: list[WorkerResult]
-    bytes_down: int  # the broadcast and payloads the training clients received
+    downloads: dict[int, int]  # what each training client received: broadcast and payload
+
+    @property
+    def bytes_down(self) -> int:
+        """The broadcast and payloads the training clients received."""
+        return sum(self.downloads.values())
 
     @property
     def results(self) -> list[ClientResult]:
@@ -72,7 +77,19 @@ def dispatch(
     ]
     if prepare is not None:
         prepare(tasks)
-    download = sum(
-        algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
-    )
-    return Dispatched(executor.run_round(round_idx, broadcast, tasks), download)
+    downloads = {
+        t.client: algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
+    }
+    return Dispatched(executor.run_round(round_idx, broadcast, tasks), downloads)
+
+
+def download_sizes(
+    algorithm: Algorithm, state: ServerState, store: ClientStateStore, clients: Collection[int]
+) -> dict[int, int]:
+    """What each of ``clients`` would download this round, without running anything (a
+    client that drops out mid-round received its model before it went)."""
+    broadcast = algorithm.broadcast(state)
+    return {
+        c: algorithm.download_nbytes(broadcast, algorithm.client_payload(state, c), store.get(c))
+        for c in clients
+    }

@@ -4,7 +4,7 @@ The buffered round kind (``buffered.py``) asks it for each aggregation; its ``st
 (the clients in flight, the buffer, the clock) is part of a checkpoint.
 
 A client's round takes ``work x slowdown`` units of virtual time (work: the samples it trains
-on, times the local epochs; slowdown: drawn from ``asynchronous.speeds``). The schedule does
+on, times the local epochs; slowdown: drawn from ``system.speeds``). The schedule does
 not depend on what clients compute, so it is fixed by the seed before any training runs:
 
 - ``concurrency`` C clients train at once. A free slot is filled at once with a client drawn
@@ -14,18 +14,17 @@ not depend on what clients compute, so it is fixed by the seed before any traini
   buffer; the ``buffer_size``-th (K) arrival triggers an aggregation, which makes the next
   model version and frees the K clients. A client therefore trains at most once per version
   (never twice on the same model).
-- A client that drops out (``asynchronous.dropout``, one seeded draw per dispatch) is noticed
+- A client that drops out (``system.dropout``, one seeded draw per dispatch) is noticed
   at the time it would have arrived; its slot is refilled and it sends nothing.
 
-``SyncTimeline`` gives a synchronous run the same time axis: a round lasts as long as the
-slowest client sampled for it.
+Synchronous rounds have their own clock, on the same time axis (``system_clock.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,26 +161,3 @@ class AsyncSchedule:
 def client_work(train_sizes: Sequence[int] | np.ndarray, epochs: int) -> np.ndarray:
     """Work units of one client round: samples trained on (train split x local epochs)."""
     return np.asarray(train_sizes, dtype=np.float64) * epochs
-
-
-class SyncTimeline:
-    """Virtual time of a synchronous run: round r starts when the slowest client of every
-    earlier round has finished (``sample_cohort(r)`` gives the clients of round r)."""
-
-    def __init__(
-        self, durations: Sequence[float] | np.ndarray, sample_cohort: Callable[[int], list[int]]
-    ):
-        self.durations = np.asarray(durations, dtype=np.float64)
-        self.sample_cohort = sample_cohort
-        self._starts = [0.0]
-
-    def round_duration(self, round_idx: int) -> float:
-        cohort = self.sample_cohort(round_idx)
-        return float(self.durations[cohort].max()) if cohort else 0.0
-
-    def time_at(self, round_idx: int) -> float:
-        """When round ``round_idx`` starts: the time its model (the one it evaluates) exists."""
-        while len(self._starts) <= round_idx:
-            r = len(self._starts) - 1
-            self._starts.append(self._starts[-1] + self.round_duration(r))
-        return self._starts[round_idx]

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsim.config.asynchronous import STALE_POLICIES, SpeedSpec, parse_speeds
+from fedsim.config.asynchronous import STALE_POLICIES
+from fedsim.config.system import SpeedSpec, parse_speeds
 from fedsim.streams import DROPOUT_TAG
 
 DISCOUNTS = ("constant", "polynomial", "hinge")
@@ -151,7 +152,7 @@ class VirtualClock:
 
     def __post_init__(self) -> None:
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"async.dropout={self.dropout!r}: must be in [0, 1)")
+            raise ValueError(f"system.dropout={self.dropout!r}: must be in [0, 1)")
         self.slowdowns = np.asarray(self.slowdowns, dtype=np.float64)
         self.seed = tuple(int(s) for s in self.seed)
 

@@ -9,7 +9,7 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples;
 - ``label_distribution.png``: the training labels of each client (``label_plot.py``);
 - ``accuracy_vs_sim_time.png`` (runs that log ``sim_time``: asynchronous rounds, or
-  ``asynchronous.speeds`` set): accuracy against simulated time.
+  any ``system.*`` key set): accuracy against simulated time.
 
 An algorithm's own figures (cwFedAvg's ``row_norms.png``...), drawn at the end of a run from
 its final state and redrawn by ``fedsim report`` from a final checkpoint, are the other PNGs

@@ -1,0 +1,209 @@
+"""The ``system`` section resolved into the run's clock: devices, networks, availability.
+
+``compute_clock`` gives every client its seconds per sample (``system.time_per_sample`` x a
+slowdown drawn from ``system.speeds``, or its device trace entry) and the dropout draws;
+``network`` its bandwidths; ``availability`` who is online when; ``sync_clock`` puts them
+together for synchronous rounds. ``check_system`` refuses, in one line, what a round kind
+cannot honour. Traces are read by ``fedsim/system/traces.py`` and mapped onto the clients
+by a seeded draw (``trace_mapping``: partition.json records it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from fedsim.config import ExperimentConfig
+from fedsim.deployment.checks import check_rule
+from fedsim.errors import ConfigError
+from fedsim.rounds.schedule import client_work
+from fedsim.rounds.staleness import VirtualClock, draw_slowdowns
+from fedsim.rounds.system_clock import (
+    AlwaysOnline,
+    Availability,
+    Network,
+    OnlineByChance,
+    OnlineByTrace,
+    Rules,
+    SyncClock,
+)
+from fedsim.run_plan import LocalEpochs, RunPlan
+from fedsim.streams import NETWORK_TAG, SPEED_TAG
+
+DEVICE_TRACE, AVAILABILITY_TRACE = 1, 2  # the trace_map stream's ``trace`` word
+
+
+def device_profiles(cfg: ExperimentConfig, num_clients: int) -> Any:
+    """The device trace's entries mapped onto the clients (None: no trace)."""
+    path = cfg.system.device_trace
+    if path is None:
+        return None
+    from fedsim.system.traces import map_clients, read_device_trace
+
+    key = "system.device_trace"
+    profiles = read_device_trace(path, key)
+    entries = map_clients(
+        num_clients, len(profiles.seconds_per_sample), cfg.seed, DEVICE_TRACE, key, path
+    )
+    return profiles.pick(entries)
+
+
+def availability_trace(cfg: ExperimentConfig, num_clients: int) -> Any:
+    """The availability trace's entries mapped onto the clients (None: no trace)."""
+    path = cfg.system.availability_trace
+    if path is None:
+        return None
+    from fedsim.system.traces import map_clients, read_availability_trace
+
+    key = "system.availability_trace"
+    trace = read_availability_trace(path, key)
+    entries = map_clients(
+        num_clients, len(trace.intervals), cfg.seed, AVAILABILITY_TRACE, key, path
+    )
+    picked = trace.pick(entries)
+    if all(np.isinf(picked.next_online(c, 0.0)) for c in range(num_clients)):
+        raise ConfigError(key, path, "leaves no client online at any time: nobody to sample")
+    return picked
+
+
+def compute_clock(
+    cfg: ExperimentConfig, train_sizes: np.ndarray, epochs: LocalEpochs
+) -> tuple[VirtualClock, np.ndarray]:
+    """The clients' seconds per sample and dropout draws, and each client's round of
+    training in virtual seconds (its samples x its own local epochs x seconds per sample)."""
+    s, n = cfg.system, len(train_sizes)
+    seed = (cfg.seed, SPEED_TAG)
+    profiles = device_profiles(cfg, n)
+    if profiles is not None:
+        per_sample = np.asarray(profiles.seconds_per_sample, dtype=np.float64)
+    else:
+        per_sample = draw_slowdowns(s.speeds or "constant", n, seed)
+        if s.time_per_sample != 1.0:
+            per_sample = per_sample * s.time_per_sample
+    clock = VirtualClock(per_sample, s.dropout, seed)
+    work = client_work(train_sizes, np.asarray(epochs.all(n), dtype=np.int64))
+    durations = clock.durations(range(n), work)
+    if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
+        key, value = (
+            ("system.device_trace", s.device_trace)
+            if profiles is not None
+            else ("system.speeds", s.speeds)
+        )
+        raise ConfigError(
+            key, value, "gives some client a round time that is not a finite positive number"
+        )
+    return clock, durations
+
+
+def network(cfg: ExperimentConfig, num_clients: int) -> Network:
+    """Each client's upload / download bandwidth (bytes/s; inf where the key is null)."""
+    s = cfg.system
+    profiles = device_profiles(cfg, num_clients)
+    if profiles is not None:
+        return Network(
+            np.asarray(profiles.upload_bps, dtype=np.float64),
+            np.asarray(profiles.download_bps, dtype=np.float64),
+        )
+    slow = draw_slowdowns(
+        s.network_speeds or "constant", num_clients, (cfg.seed, SPEED_TAG, NETWORK_TAG)
+    )
+    up = np.inf if s.upload_bandwidth is None else s.upload_bandwidth
+    down = np.inf if s.download_bandwidth is None else s.download_bandwidth
+    return Network(up / slow, down / slow)
+
+
+def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:
+    """Who is online when: always, by chance each attempt, or by the trace."""
+    s = cfg.system
+    trace = availability_trace(cfg, num_clients)
+    if trace is not None:
+        return OnlineByTrace(trace)
+    if s.availability < 1:
+        return OnlineByChance(num_clients, s.availability, cfg.seed)
+    return AlwaysOnline(num_clients)
+
+
+def sync_clock(cfg: ExperimentConfig, plan: RunPlan, train_sizes: np.ndarray) -> SyncClock:
+    """The virtual clock of a synchronous run (``system.*``; see system_clock.py)."""
+    s, n = cfg.system, len(train_sizes)
+    clock, _ = compute_clock(cfg, train_sizes, plan.epochs)
+    work = client_work(train_sizes, np.asarray(plan.epochs.all(n), dtype=np.int64))
+    rules = Rules(plan.cohort_size, s.overcommit, s.deadline, s.min_clients, s.short_round)
+    check_rules(cfg, rules, clock.durations(range(n), work))
+    return SyncClock(clock, work, network(cfg, n), availability(cfg, n), rules, cfg.seed)
+
+
+def check_rules(cfg: ExperimentConfig, rules: Rules, compute: np.ndarray) -> None:
+    """A minimum no round can reach, or a deadline no client can meet: one line."""
+    s = cfg.system
+    if s.min_clients > rules.cohort_size:
+        raise ConfigError(
+            "system.min_clients",
+            s.min_clients,
+            f"at most the {rules.cohort_size} clients a round keeps (join_ratio={cfg.join_ratio}"
+            " x the clients)",
+        )
+    fastest = float(np.min(compute))
+    if s.deadline is not None and s.deadline < fastest:
+        raise ConfigError(
+            "system.deadline",
+            s.deadline,
+            f"no client can meet it: the fastest needs {fastest:g} virtual seconds to train "
+            "(before any transfer)",
+        )
+
+
+ASYNC_UNSUPPORTED = ("upload_bandwidth", "download_bandwidth", "network_speeds",
+                     "availability_trace")  # fmt: skip
+
+
+def check_system(cfg: ExperimentConfig, kind: str) -> None:
+    """ConfigError for a ``system`` key the round kind cannot honour (one line)."""
+    s, default = cfg.system, type(cfg.system)()
+    set_keys = [k for k in vars(default) if getattr(s, k) != getattr(default, k)]
+    if kind == "exchange" and set_keys:
+        key = set_keys[0]
+        raise ConfigError(
+            f"system.{key}",
+            getattr(s, key),
+            f"algorithm.name={cfg.algorithm.name} trains by gradient exchanges, which the "
+            "virtual clock does not time (it times one upload per client a round); leave it unset",
+        )
+    if kind == "buffered":
+        for key in (*ASYNC_UNSUPPORTED, "availability"):
+            if getattr(s, key) != getattr(default, key):
+                raise ConfigError(
+                    f"system.{key}",
+                    getattr(s, key),
+                    "not in asynchronous rounds yet (their schedule is fixed before training: "
+                    "it times compute only, for clients always online); leave it at its default",
+                )
+        if s.device_trace is not None:
+            print(
+                "fedsim: note: asynchronous rounds take the device trace's seconds per sample; "
+                "its bandwidths are not used (the schedule times compute only)",
+                file=sys.stderr,
+            )
+    if kind == "local" and s.gates_clients:
+        p = cfg.privacy
+        if p.mode == "central":
+            raise ConfigError(
+                "privacy.mode",
+                "central",
+                "its accountant assumes a uniform sample of join_ratio; system availability, "
+                "dropout, over-selection or a deadline make who reports depend on the clients",
+            )
+        if cfg.aggregation.needs_individual:  # a robust rule must run on the fewest kept
+            check_rule(
+                cfg.aggregation, s.min_clients,
+                f"system.min_clients={s.min_clients}: a round may keep that few",
+            )  # fmt: skip
+        if cfg.eval.when == "after_training":
+            raise ConfigError(
+                "eval.when",
+                "after_training",
+                "with system availability, dropout, over-selection or a deadline a client may "
+                "train a model that is then discarded; evaluate at the round's start",
+            )
