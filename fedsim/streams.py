@@ -33,6 +33,7 @@ DROPOUT_TAG = 0x0D0F  # a dispatched client dropping out
 HOLDOUT_TAG = 0x4E3C  # which clients are held out (eval.holdout_clients)
 NETWORK_TAG = 0xBA4D  # the clients' network slowdowns (system.network_speeds)
 AVAILABILITY_TAG = 0xA7A1  # who is online when a synchronous round samples (system.availability)
+TRACE_MAP_TAG = 0x7ACE  # which trace entry each client takes (device / availability trace)
 GRADIENT_SUBSET_KIND = 1  # a gradient task's sample subset
 PROBE_TRAIN_KIND = 2  # an algorithm's extra training pass (probe.train)
 PROBE_BATCHES_KIND = 3  # an algorithm's own minibatches (probe.batches)
@@ -79,11 +80,12 @@ STREAMS = _streams(
     ("clustered", "fedsim.data.heterogeneity", "numpy", ("seed", CLUSTERED_TAG)),
     ("max_samples", "fedsim.data.federated", "numpy", (0, MAX_SAMPLES_TAG)),
     ("holdout", "fedsim.data.holdout", "numpy", ("seed", HOLDOUT_TAG)),
+    ("trace_map", "fedsim.system.traces", "numpy", ("seed", TRACE_MAP_TAG, "trace")),
     ("model_init", "fedsim.simulation", "torch-raw", ("seed",)),
     ("cohort", "fedsim.rounds.system_clock", "numpy", ("seed", "round", COHORT_TAG, "attempt")),
     ("dispatch", "fedsim.rounds.schedule", "numpy", ("seed", DISPATCH_TAG, "step")),
-    ("speeds", "fedsim.rounds.compose", "numpy", ("seed", SPEED_TAG)),
-    ("network_speeds", "fedsim.rounds.compose", "numpy", ("seed", SPEED_TAG, NETWORK_TAG)),
+    ("speeds", "fedsim.rounds.clock_build", "numpy", ("seed", SPEED_TAG)),
+    ("network_speeds", "fedsim.rounds.clock_build", "numpy", ("seed", SPEED_TAG, NETWORK_TAG)),
     ("availability", "fedsim.rounds.system_clock", "numpy",
      ("seed", "round", AVAILABILITY_TAG, "attempt")),
     ("dropout", "fedsim.rounds.staleness", "numpy", ("seed", SPEED_TAG, DROPOUT_TAG, "step")),
@@ -127,6 +129,9 @@ OVERLAPS: dict[frozenset[str], str] = {
     frozenset({"cohort", "clip_count"}): "adaptive clipping's count noise is off (its std is "
     "0: the count is exact), so clip_count never draws; give it a new tag before enabling it",
     frozenset({"local_noise", "central_noise"}): "privacy.mode is one value: local or central",
+    frozenset({"cohort", "trace_map"}): "trace_map's third word is 1 or 2 (the device or the "
+    "availability trace), never COHORT_TAG (7); cohort's second word would have to be the "
+    "round TRACE_MAP_TAG (31438)",
     frozenset({"model_init", "ifca_init"}): "only when seed is IFCA_INIT_SEED * 1000 + k "
     "(3751001 ...): IFCA's permuted model k would reuse the initial model's torch seed",
 }

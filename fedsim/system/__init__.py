@@ -1,0 +1,1 @@
+"""Clients as they behave in deployment: device speeds, bandwidths and availability traces."""
