@@ -223,7 +223,7 @@ def run_experiment(
         created = make_run_dir(run_dir, overwrite=overwrite)
         accept_hf_data(cfg.data)  # an hf: dataset's conversion is cached once a run is accepted
         for sink in sinks:
-            partition = simulation.deployment.partition_info(simulation.data.partition_summary())
+            partition = simulation.partition_info()
             sink.start(run_dir, cfg.to_dict(), partition)
         started = True
         try:

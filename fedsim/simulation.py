@@ -27,6 +27,7 @@ from fedsim.data.holdout import hold_out
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
+from fedsim.rounds.clock_build import trace_mapping
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
@@ -216,6 +217,15 @@ class Simulation:
             eval_after_training=cfg.eval.when == "after_training",
             finetune_epochs=cfg.eval.finetune_epochs,
         )
+
+    def partition_info(self) -> dict[str, Any]:
+        """partition.json: the data's partition, the attackers (an attack), and the trace
+        entry each client took (``system.*_trace``)."""
+        info = self.deployment.partition_info(self.data.partition_summary())
+        traces = trace_mapping(self.cfg, self.plan.num_clients)
+        if traces:
+            info["system"] = traces
+        return info
 
     def sample_cohort(self, round_idx: int) -> list[int]:
         """``int(join_ratio * clients)`` clients (at least 1), seeded by (seed, round)."""

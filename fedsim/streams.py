@@ -87,7 +87,7 @@ STREAMS = _streams(
     ("speeds", "fedsim.rounds.clock_build", "numpy", ("seed", SPEED_TAG)),
     ("network_speeds", "fedsim.rounds.clock_build", "numpy", ("seed", SPEED_TAG, NETWORK_TAG)),
     ("availability", "fedsim.rounds.system_clock", "numpy",
-     ("seed", "round", AVAILABILITY_TAG, "attempt")),
+     ("seed", SPEED_TAG, AVAILABILITY_TAG, "step")),
     ("dropout", "fedsim.rounds.staleness", "numpy", ("seed", SPEED_TAG, DROPOUT_TAG, "step")),
     ("attackers", "fedsim.deployment.attacks", "numpy", ("seed", ATTACKERS_TAG)),
     ("attack_noise", "fedsim.deployment.stages.attack", "torch32",

@@ -14,13 +14,13 @@ from helpers import refused_check, untimed
 
 from fedsim.config import load_config
 from fedsim.rounds.schedule import AsyncSchedule, client_work
-from fedsim.rounds.system_clock import AlwaysOnline, Network, Rules, SyncClock
 from fedsim.rounds.staleness import (
     VirtualClock,
     buffered_weights,
     default_max_staleness,
     staleness_weights,
 )
+from fedsim.rounds.system_clock import AlwaysOnline, Network, Rules, SyncClock
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation
 

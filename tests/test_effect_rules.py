@@ -96,6 +96,28 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
     ("client.lr_decay", "client.lr_schedule"): (
         "0.9", ["client.lr_schedule=exponential"], ["client.lr_schedule=cosine"]),
     **{
+        (f"system.{key}", "system.device_trace"): (
+            value, ["system.upload_bandwidth=1000"] if key == "network_speeds" else [],
+            ["system.device_trace=dev.csv"])
+        for key, value in (("speeds", "uniform:1,2"), ("time_per_sample", "0.01"),
+                           ("upload_bandwidth", "1000"), ("download_bandwidth", "1000"),
+                           ("network_speeds", "uniform:1,2"))
+    },
+    ("system.network_speeds", "system"): ("uniform:1,2", ["system.upload_bandwidth=1000"], []),
+    ("system.availability", "system.availability_trace"): (
+        "0.5", [], ["system.availability_trace=on.csv"]),
+    **{
+        (f"system.{key}", "asynchronous.enabled"): (
+            value, ["system.dropout=0.1"] if key in ("min_clients", "short_round") else [],
+            ASYNC_ON)
+        for key, value in (("overcommit", "1.5"), ("deadline", "100"), ("min_clients", "2"),
+                           ("short_round", "retry"))
+    },
+    **{
+        (f"system.{key}", "system"): (value, ["system.dropout=0.1"], ["system.speeds=constant"])
+        for key, value in (("min_clients", "2"), ("short_round", "retry"))
+    },
+    **{
         (f"tracking.wandb.{key}", "tracking.wandb.enabled"): (value, WANDB_ON, WANDB_OFF)
         for key, value in (("project", "lab"), ("entity", "team"), ("group", "g"),
                            ("tags", "[a, b]"), ("mode", "offline"),
@@ -112,8 +134,11 @@ def test_every_rule_has_a_case():
 
 
 def where(enabler: str) -> str:
-    """The key a refusal names for ``enabler`` (a section is named by its ``.name``)."""
-    return f"{enabler}.name" if enabler in ("data", "data.partition") else enabler
+    """What a refusal names for ``enabler``: a key, a section by its ``.name``, or (a rule
+    over several keys of one section) the section's keys, the first of them."""
+    if enabler == "system":
+        return "system."
+    return f"{enabler}.name=" if enabler in ("data", "data.partition") else f"{enabler}="
 
 
 @pytest.fixture
@@ -136,7 +161,7 @@ def test_refused_alone_accepted_with_its_enabler_and_at_its_default(key, enabler
         load_config(None, build([*off, f"{key}={value}"], hf_table))
     line = str(refused.value)
     assert "\n" not in line and line.startswith(f"{key}=")
-    assert f"acts only with {where(enabler)}=" in line, line
+    assert f"acts only with {where(enabler)}" in line, line
     load_config(None, build([*on, f"{key}={value}"], hf_table))  # acts: accepted
     load_config(None, build([*off, f"{key}={spelled(default)}"], hf_table))  # never refused
 

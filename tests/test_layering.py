@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",
         "fedsim.streams",
     ),
-    ("fedsim.data", "lightning_modules", "fedsim.storage"),
+    ("fedsim.data", "lightning_modules", "fedsim.storage", "fedsim.system"),
     ("fedsim.algorithm_params",),
     ("fedsim.config",),
     ("fedsim.algorithms", "fedsim.run_folder", "fedsim.run_plan"),

@@ -119,10 +119,10 @@ def test_availability_by_chance_samples_only_online_clients():
     clock = make_clock([1.0] * 10, Rules(3, overcommit=2), online=online, seed=2)
     for r in range(20):
         a = clock.select(r, 0, 0.0, r)
-        up = np.flatnonzero(online.online(0.0, r, 0)).tolist()
+        up = np.flatnonzero(online.online(0.0, r)).tolist()
         assert a.available == up
         assert set(a.selected) <= set(up) and len(a.selected) == min(6, len(up))
-    rate = np.mean([online.online(0.0, r, 0).mean() for r in range(400)])
+    rate = np.mean([online.online(0.0, step).mean() for step in range(400)])
     assert 0.45 < rate < 0.55
 
 

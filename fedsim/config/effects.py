@@ -128,8 +128,9 @@ DEPENDENT: list[Rule] = [
             f"system.{key}",
             "system",
             lambda s: s.gates_clients,
-            "availability, dropout, over-selection or a deadline (without them every round "
-            "keeps all it samples)",
+            "system.availability < 1, system.availability_trace, system.dropout > 0, "
+            "system.overcommit > 1 or system.deadline set (without them a round keeps all it "
+            "samples)",
         )
         for key in ("min_clients", "short_round")
     ],

@@ -10,6 +10,7 @@ by a seeded draw (``trace_mapping``: partition.json records it).
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -31,8 +32,27 @@ from fedsim.rounds.system_clock import (
 )
 from fedsim.run_plan import LocalEpochs, RunPlan
 from fedsim.streams import NETWORK_TAG, SPEED_TAG
+from fedsim.system.traces import (
+    AVAILABILITY_TRACE,
+    DEVICE_TRACE,
+    map_clients,
+    read_availability_trace,
+    read_device_trace,
+)
 
-DEVICE_TRACE, AVAILABILITY_TRACE = 1, 2  # the trace_map stream's ``trace`` word
+
+@functools.lru_cache(maxsize=8)
+def _mapped(kind: int, path: str, num_clients: int, seed: int) -> tuple[Any, np.ndarray]:
+    """(the trace read from ``path``, the entry of each client) for a device (``kind`` 1)
+    or availability (2) trace; read once per run however often it is asked for."""
+    if kind == DEVICE_TRACE:
+        key, trace = "system.device_trace", read_device_trace(path, "system.device_trace")
+        entries = len(trace.seconds_per_sample)
+    else:
+        key = "system.availability_trace"
+        trace = read_availability_trace(path, key)
+        entries = len(trace.intervals)
+    return trace, map_clients(num_clients, entries, seed, kind, key, path)
 
 
 def device_profiles(cfg: ExperimentConfig, num_clients: int) -> Any:
@@ -40,14 +60,8 @@ def device_profiles(cfg: ExperimentConfig, num_clients: int) -> Any:
     path = cfg.system.device_trace
     if path is None:
         return None
-    from fedsim.system.traces import map_clients, read_device_trace
-
-    key = "system.device_trace"
-    profiles = read_device_trace(path, key)
-    entries = map_clients(
-        num_clients, len(profiles.seconds_per_sample), cfg.seed, DEVICE_TRACE, key, path
-    )
-    return profiles.pick(entries)
+    trace, entries = _mapped(DEVICE_TRACE, path, num_clients, cfg.seed)
+    return trace.pick(entries)
 
 
 def availability_trace(cfg: ExperimentConfig, num_clients: int) -> Any:
@@ -55,17 +69,23 @@ def availability_trace(cfg: ExperimentConfig, num_clients: int) -> Any:
     path = cfg.system.availability_trace
     if path is None:
         return None
-    from fedsim.system.traces import map_clients, read_availability_trace
-
-    key = "system.availability_trace"
-    trace = read_availability_trace(path, key)
-    entries = map_clients(
-        num_clients, len(trace.intervals), cfg.seed, AVAILABILITY_TRACE, key, path
-    )
+    trace, entries = _mapped(AVAILABILITY_TRACE, path, num_clients, cfg.seed)
     picked = trace.pick(entries)
     if all(np.isinf(picked.next_online(c, 0.0)) for c in range(num_clients)):
+        key = "system.availability_trace"
         raise ConfigError(key, path, "leaves no client online at any time: nobody to sample")
     return picked
+
+
+def trace_mapping(cfg: ExperimentConfig, num_clients: int) -> dict[str, Any]:
+    """partition.json's ``system``: each trace's path and the entry each client took."""
+    out: dict[str, Any] = {}
+    for kind, key in ((DEVICE_TRACE, "device_trace"), (AVAILABILITY_TRACE, "availability_trace")):
+        path = getattr(cfg.system, key)
+        if path is not None:
+            entries = _mapped(kind, path, num_clients, cfg.seed)[1]
+            out[key] = {"path": path, "entries": [int(e) for e in entries]}
+    return out
 
 
 def compute_clock(

@@ -3,8 +3,8 @@
 A round is one or more *attempts*; an attempt at virtual time ``start``:
 
 1. **Available clients**: always all; or each online with chance ``system.availability``
-   (one seeded draw per client and attempt); or those whose trace has them on at ``start``
-   (with none on, the attempt waits for the first to come on).
+   (one seeded draw per client and attempt, the run's attempts counted); or those whose
+   trace has them on at ``start`` (with none on, the attempt waits for the first to come on).
 2. **Selection**: ``ceil(overcommit x K)`` of them (all, if fewer are available), drawn
    by the cohort stream; with every key at its default this is exactly the plain cohort.
 3. **Dropout**: each selected client goes offline before reporting with chance
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedsim.rounds.staleness import VirtualClock
-from fedsim.streams import AVAILABILITY_TAG, COHORT_TAG
+from fedsim.streams import AVAILABILITY_TAG, COHORT_TAG, SPEED_TAG
 
 MAX_ATTEMPTS = 10  # retries of one round before it is skipped
 
@@ -58,10 +58,11 @@ def transfer_seconds(nbytes: float, bandwidth: float) -> float:
 
 
 class Availability(Protocol):
-    """Who is online: ``online(t, round, attempt)`` (bool per client), ``online_until(c, t)``
+    """Who is online: ``online(t, step)`` (bool per client at time t, in the run's
+    ``step``-th attempt), ``online_until(c, t)``
     (when an online client goes off), ``next_online(t)`` (the first time >= t anyone is on)."""
 
-    def online(self, t: float, round_idx: int, attempt: int) -> np.ndarray: ...
+    def online(self, t: float, step: int) -> np.ndarray: ...
 
     def online_until(self, client: int, t: float) -> float: ...
 
@@ -72,7 +73,7 @@ class Availability(Protocol):
 class AlwaysOnline:
     num_clients: int
 
-    def online(self, t: float, round_idx: int, attempt: int) -> np.ndarray:
+    def online(self, t: float, step: int) -> np.ndarray:
         return np.ones(self.num_clients, dtype=bool)
 
     def online_until(self, client: int, t: float) -> float:
@@ -90,8 +91,8 @@ class OnlineByChance:
     p: float
     seed: int
 
-    def online(self, t: float, round_idx: int, attempt: int) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, round_idx, AVAILABILITY_TAG, attempt])
+    def online(self, t: float, step: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, SPEED_TAG, AVAILABILITY_TAG, step])
         return rng.random(self.num_clients) < self.p
 
     def online_until(self, client: int, t: float) -> float:
@@ -108,7 +109,7 @@ class OnlineByTrace:
 
     trace: Any
 
-    def online(self, t: float, round_idx: int, attempt: int) -> np.ndarray:
+    def online(self, t: float, step: int) -> np.ndarray:
         return np.asarray(self.trace.available_at(t), dtype=bool)
 
     def online_until(self, client: int, t: float) -> float:
@@ -219,7 +220,7 @@ class SyncClock:
     def select(self, round_idx: int, number: int, start: float, step: int) -> Attempt:
         """Attempt ``number`` of round ``round_idx`` at ``start`` (waiting for the first
         client a trace brings online, if none is)."""
-        online = self.availability.online(start, round_idx, number)
+        online = self.availability.online(start, step)
         if not online.any():
             later = self.availability.next_online(start)
             if math.isinf(later):
