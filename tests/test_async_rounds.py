@@ -246,7 +246,7 @@ BAD = [
     ("asynchronous.enabled=true algorithm.name=spcacw", "gradient exchanges"),
     ("system.dropout=1", "system.dropout=1"),
     ("system.speeds=gamma:1,2", "system.speeds='gamma:1,2'"),
-    ("asynchronous.enabled=true system.upload_bandwidth=1e6", "not in asynchronous rounds yet"),
+    ("asynchronous.enabled=true system.upload_bandwidth=1e6", "not with asynchronous.enabled"),
     ("asynchronous.enabled=true system.overcommit=1.3", "system.overcommit=1.3: acts only"),
     ("asynchronous.stale=ignore", "allowed: discount, drop"),
     ("asynchronous.max_staleness=0", "asynchronous.max_staleness=0"),

@@ -26,6 +26,10 @@ FEATURES: dict[str, list[str]] = {
     "async": ["asynchronous.enabled=true", "asynchronous.buffer_size=4"],
     "async-dropout": ["asynchronous.enabled=true", "system.dropout=0.2"],
     "speeds": ["system.speeds=slow_fraction:0.5,2"],
+    "sync-dropout": ["system.dropout=0.2", "system.short_round=retry"],
+    # synchronous rounds as deployed (min_clients spelled out: a robust rule's minimum is
+    # checked against it, and the refusal names it)
+    "deployed": ["system.availability=0.9", "system.overcommit=1.5", "system.min_clients=1"],
     "checkpoint": ["checkpoint_every=1"],
     "dp-local": ["privacy.mode=local", "privacy.clip_norm=1"],
     "dp-central": ["privacy.mode=central", "privacy.clip_norm=1"],

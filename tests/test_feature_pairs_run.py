@@ -2,7 +2,8 @@
 
 ``tests/test_feature_pairs.py`` validates every pair of switches (``fedsim run --check``);
 here each feature is one parameter whose values are those switches (every built-in algorithm,
-the oracle included; asynchronous rounds, dropout, client speeds; DP mode; clipping;
+the oracle included; asynchronous rounds, dropout, client speeds; synchronous rounds on the
+clock with dropouts, or availability and over-selection; DP mode; clipping;
 compression; attack; robust rule; anomaly filter; partition; MNIST or Shakespeare's plays;
 half cohorts; checkpoints; the local or the Ray executor), and allpairspy picks rows so that
 every pair of values of two parameters shares at least one row. Each row is a real run of
@@ -67,8 +68,13 @@ RAY = ["runtime.executor=ray", "runtime.workers=2", "runtime.cpus_per_worker=0.5
 GROUPS: dict[str, dict[str, Options]] = {
     "algorithm": {f"alg-{n}": SWITCHES[f"alg-{n}"] for n in BUILTIN_NAMES},
     "asynchronous": {"sync": [], "async": FEATURES["async"]},
-    "dropout": {"no-dropout": [], "async-dropout": FEATURES["async-dropout"]},
+    "dropout": {
+        "no-dropout": [],
+        "async-dropout": FEATURES["async-dropout"],
+        "sync-dropout": FEATURES["sync-dropout"],
+    },
     "speeds": {"equal-speeds": [], "speeds": FEATURES["speeds"]},
+    "system": {"always-on": [], "deployed": FEATURES["deployed"]},
     "privacy": {
         "no-dp": [],
         "dp-local": FEATURES["dp-local"],
@@ -139,6 +145,15 @@ REFUSED: set[frozenset[str]] = {
     *(frozenset(("dp-central", r)) for r in ("median", "krum", "trimmed-mean")),
     # krum (f = 1) needs more than 4 updates at once: 6 clients, not 3 (half) or a buffer
     *(frozenset(("krum", o)) for o in ("async", "async-dropout", "half-cohort")),
+    # a synchronous round on the clock that may keep fewer clients than it samples: central
+    # DP's accountant, evaluating after training and krum's minimum (system.min_clients=1)
+    # are refused; the clock does not time gradient exchanges; over-selection and
+    # availability are not in asynchronous rounds yet
+    *(frozenset((s, o)) for s in ("sync-dropout", "deployed")
+      for o in ("dp-central", "after-training", "krum", "alg-spcacw")),
+    *(frozenset(("deployed", o)) for o in ("async", "async-dropout")),
+    # short_round=retry is a synchronous round's rule
+    *(frozenset(("sync-dropout", o)) for o in ("async", "async-dropout")),
 }
 # Shakespeare's clients come with the data: a partition that deals samples out is refused
 IGNORED = {frozenset(("plays", p)) for p in ("relabel", "rotation-clusters", "pathological")}
@@ -291,6 +306,8 @@ def effects(row: list[str], out: Path, history: list[dict]) -> list[str]:
     trained, last = history[0], history[-1]
     partition = json.loads((out / "partition.json").read_text())
     asynchronous = "async" in row or "async-dropout" in row  # arrivals, not a cohort
+    on_clock = bool({"sync-dropout", "deployed"} & set(row))  # clients may be left out
+    gated = on_clock and bool(partition.get("attacked_clients"))
     members = partition["num_clients"] - len(partition.get("held_out", []))
     checks = {
         "async": lambda: "arrivals" in trained and "staleness_max" in trained,
@@ -304,15 +321,19 @@ def effects(row: list[str], out: Path, history: list[dict]) -> list[str]:
         "adaptive-clip": lambda: "clip_norm" in trained and "clipped_fraction" in trained,
         "topk": lambda: trained["bytes_up"] < 0.75 * trained["bytes_down"],
         "threshold-ef": lambda: trained["bytes_up"] < 0.75 * trained["bytes_down"],
-        "sign-flip": lambda: bool(trained.get("attackers")) or asynchronous,
-        "label-flip": lambda: bool(trained.get("attackers")) or asynchronous,
+        # an attacker that dropped or was not kept sends nothing: partition.json names them
+        "sign-flip": lambda: bool(trained.get("attackers")) or asynchronous or gated,
+        "label-flip": lambda: bool(trained.get("attackers")) or asynchronous or gated,
         "krum": lambda: "robust_selected" in trained,
         "anomaly": lambda: "anomaly_dropped" in trained,
         "relabel": lambda: partition["partition"]["name"] == "relabel",
         "rotation-clusters": lambda: partition["partition"].get("clusters") == 2,
         "pathological": lambda: partition["partition"]["name"] == "pathological",
         "plays": lambda: partition["num_classes"] == 80 and partition["partition"]["plays"] == 2,
-        "half-cohort": lambda: trained["num_trained"] == members // 2 or asynchronous,
+        "half-cohort": lambda: trained["num_trained"] == members // 2 or asynchronous
+        or "reported" in trained,  # clients that drop or are offline do not train
+        "sync-dropout": lambda: "dropouts" in trained,
+        "deployed": lambda: trained["selected"] >= trained["reported"] and "available" in trained,
         "holdout": lambda: "unseen/acc_weighted" in last and "participation_gap" in last,
         "eval-both": lambda: "global/acc_weighted" in last,
         "after-training": lambda: trained.get("evaluated_after_training", 0) > 0,

@@ -18,7 +18,7 @@ import numpy as np
 
 from fedsim.config import ExperimentConfig
 from fedsim.deployment.checks import check_rule
-from fedsim.errors import ConfigError
+from fedsim.errors import ConfigError, show_value
 from fedsim.rounds.schedule import client_work
 from fedsim.rounds.staleness import VirtualClock, draw_slowdowns
 from fedsim.rounds.system_clock import (
@@ -175,8 +175,23 @@ def check_rules(cfg: ExperimentConfig, rules: Rules, compute: np.ndarray) -> Non
         )
 
 
+GATES = "system.availability, system.dropout, system.overcommit or system.deadline"
 ASYNC_UNSUPPORTED = ("upload_bandwidth", "download_bandwidth", "network_speeds",
                      "availability_trace")  # fmt: skip
+
+
+def gate_setting(s: Any) -> str:
+    """The first ``system`` setting that lets a round keep fewer clients than it samples."""
+    for key, on in (
+        ("availability", s.availability < 1),
+        ("availability_trace", s.availability_trace is not None),
+        ("dropout", s.dropout > 0),
+        ("overcommit", s.overcommit > 1),
+        ("deadline", s.deadline is not None),
+    ):
+        if on:
+            return f"system.{key}={show_value(getattr(s, key))}"
+    return "none of system.*"
 
 
 def check_system(cfg: ExperimentConfig, kind: str) -> None:
@@ -197,8 +212,9 @@ def check_system(cfg: ExperimentConfig, kind: str) -> None:
                 raise ConfigError(
                     f"system.{key}",
                     getattr(s, key),
-                    "not in asynchronous rounds yet (their schedule is fixed before training: "
-                    "it times compute only, for clients always online); leave it at its default",
+                    "not with asynchronous.enabled=true yet (its schedule is fixed before "
+                    "training: it times compute only, for clients always online); leave it at "
+                    "its default",
                 )
         if s.device_trace is not None:
             print(
@@ -212,18 +228,19 @@ def check_system(cfg: ExperimentConfig, kind: str) -> None:
             raise ConfigError(
                 "privacy.mode",
                 "central",
-                "its accountant assumes a uniform sample of join_ratio; system availability, "
-                "dropout, over-selection or a deadline make who reports depend on the clients",
+                "its accountant assumes a uniform sample of join_ratio, and "
+                f"{GATES} make who reports depend on the clients",
             )
         if cfg.aggregation.needs_individual:  # a robust rule must run on the fewest kept
             check_rule(
                 cfg.aggregation, s.min_clients,
-                f"system.min_clients={s.min_clients}: a round may keep that few",
+                f"system.min_clients={s.min_clients}: with {gate_setting(s)} a round may keep "
+                "that few",
             )  # fmt: skip
         if cfg.eval.when == "after_training":
             raise ConfigError(
                 "eval.when",
                 "after_training",
-                "with system availability, dropout, over-selection or a deadline a client may "
-                "train a model that is then discarded; evaluate at the round's start",
+                f"with {GATES} a client may train a model that is then discarded; evaluate at "
+                "the round's start",
             )
