@@ -77,7 +77,7 @@ def time_to(rows: list[tuple[float, float, int]], accuracy: float) -> float:
 def durations(sim: Simulation) -> np.ndarray:
     """Each client's round in virtual time (asynchronous runs and sync runs with speeds)."""
     kind = sim.round_kind
-    return kind.plan.durations if hasattr(kind, "plan") else kind.timeline.durations
+    return kind.plan.durations if hasattr(kind, "plan") else kind.clock.compute
 
 
 def tau_of(sim: Simulation) -> float:

@@ -149,12 +149,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fedsim.experiment import redraw_algorithm_plots
     from fedsim.tracking.report import load_run, write_report
 
+    runs = []
     for run_dir in args.run_dirs:
         run = load_run(run_dir)
+        runs.append(run)
         redrawn = redraw_algorithm_plots(run_dir)  # from a final checkpoint, if there is one
         for path in sorted({*write_report(run_dir, run), *redrawn}):
             print(path)
         print_summary(run.summary, run.config, run_dir)
+    if args.compare is not None:
+        from fedsim.tracking.compare_plot import plot_accuracy_vs_time
+
+        print(plot_accuracy_vs_time(runs, Path(args.compare)))
     return 0
 
 
@@ -269,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     keys.set_defaults(func=cmd_keys, overrides=[])
     report = sub.add_parser("report", help="draw a run folder's plots into RUN_DIR/plots/")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="e.g. runs/quickstart")
+    report.add_argument(
+        "--compare",
+        metavar="PNG",
+        help="also draw every run's accuracy on one figure: against virtual time for runs "
+        "with a clock (sim_time), against rounds for the others",
+    )
     report.set_defaults(func=cmd_report, overrides=[])
     tune = sub.add_parser(
         "tune",

@@ -81,6 +81,7 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     assert f"{one_run['acc_weighted']:.4f}" in comparison  # its mean alone
     assert comparison.count("±") >= 5, comparison  # fedavg's two seeds: every column
     assert "no client rows: ['tiny-ended-early']" in text
+    assert "runs with a clock: none" in text  # these runs have no clock: against rounds
     images = sum(
         "image/png" in output.get("data", {})
         for cell in notebook.cells

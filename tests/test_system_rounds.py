@@ -187,3 +187,30 @@ def test_a_trace_with_fewer_entries_than_clients_says_how_they_map(capsys, tmp_p
                        "0.1,inf,inf\n0.2,inf,inf\n")  # fmt: skip
     line = refused_check(f"system.device_trace={devices}", capsys, tmp_path)
     assert "2 entries" in line and "10 clients" in line and "seeded" in line
+
+
+def test_report_compares_runs_on_one_time_axis(tmp_path: Path, capsys):
+    from helpers import invoke_cli
+
+    from fedsim.tracking.compare_plot import time_panels
+    from fedsim.tracking.run_data import load_run
+
+    torch.set_num_threads(1)
+    for name, extra in (("plain", []), ("slow", ["system.speeds=slow_fraction:0.5,4"]),
+                        ("over", ["system.speeds=slow_fraction:0.5,4", "join_ratio=0.5",
+                                  "system.overcommit=2"])):  # fmt: skip
+        cfg = load_config(None, [*BASE, "rounds=2", f"name={name}", *extra])
+        run_experiment(cfg, tmp_path / name, progress=False, report=False)
+    runs = [load_run(tmp_path / n) for n in ("plain", "slow", "over")]
+    (timed_axis, timed), (round_axis, untimed) = time_panels(runs)
+    assert (timed_axis, round_axis) == ("virtual time (s)", "round")
+    assert [c[0] for c in timed] == ["slow (fedavg)", "over (fedavg)"]
+    assert [c[0] for c in untimed] == ["plain (fedavg)"] and untimed[0][1] == [0, 1, 2]
+    slow_x, over_x = timed[0][1], timed[1][1]
+    assert over_x[-1] < slow_x[-1]  # the over-selected rounds never wait for a slow client
+    figure, cwd = tmp_path / "compare.png", tmp_path / "cwd"
+    cwd.mkdir()
+    code, err = invoke_cli(["report", *(str(tmp_path / n) for n in ("plain", "slow", "over")),
+                            "--compare", str(figure)], capsys, cwd)  # fmt: skip
+    assert code == 0, err
+    assert figure.stat().st_size > 0

@@ -40,7 +40,7 @@ VS_SIM_TIME = "accuracy_vs_sim_time.png"  # only for runs that log sim_time
 SEEN_VS_UNSEEN = "seen_vs_unseen.png"  # runs with held-out clients or eval.model=both
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,7 +55,7 @@ def _integer_ticks(axis: Any) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     """Save as PNG under a temporary name, then rename: a drawing cut short (a Tune trial's
     thread ended) leaves no half-written plot."""
     for ax in fig.axes:
@@ -66,7 +66,7 @@ def _save(fig: Any, path: Path) -> Path:
     part = path.with_name(path.name + ".part")
     fig.savefig(part, dpi=100, format="png")
     os.replace(part, path)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -81,12 +81,12 @@ def _save_accuracy_axes(
     if ax.get_legend_handles_labels()[1]:  # nothing drawn (no readable rows): no legend
         ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_accuracy_curves(run: RunData, path: Path) -> Path:
     """Weighted, mean (+- std band) and worst-10% accuracy per evaluated round."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     rounds, mean = run.series("acc_mean")
     _, std = run.series("acc_std")
@@ -105,7 +105,7 @@ def plot_accuracy_curves(run: RunData, path: Path) -> Path:
 def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
     """Weighted and worst-10% accuracy of each evaluated round against its ``sim_time``: the
     virtual time at which the server held the model that round evaluates."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for key, label in (("acc_weighted", "weighted"), ("acc_worst10", "worst 10%")):
         rows = [m for m in run.metrics if is_number(m.get(key)) and is_number(m.get("sim_time"))]
@@ -115,7 +115,7 @@ def plot_accuracy_vs_sim_time(run: RunData, path: Path) -> Path:
         fig,
         ax,
         path,
-        "simulated time (virtual units: samples trained at speed 1)",
+        "virtual time (s; 1 = one sample trained at system.time_per_sample=1)",
         "test accuracy",
         f"{run.label}: accuracy vs simulated time",
     )
@@ -125,7 +125,7 @@ def plot_seen_vs_unseen(run: RunData, path: Path) -> Path:
     """The training clients' accuracy beside the held-out clients' (``unseen/*``; the gap
     between them is ``participation_gap``) and the global model's (``global/*``), per
     evaluated round."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     lines = (
         ("acc_weighted", "trained clients, weighted", "-"),
@@ -145,7 +145,7 @@ def plot_seen_vs_unseen(run: RunData, path: Path) -> Path:
 
 def plot_client_distribution(run: RunData, path: Path) -> Path:
     """Percentile bands (min-max, 10-90, 25-75) and median of client accuracies per round."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     if len(run.clients.get("round", [])):
         rounds = np.unique(run.clients["round"])
@@ -171,7 +171,7 @@ def train_samples(run: RunData, clients: np.ndarray) -> np.ndarray:
 
 def plot_final_vs(run: RunData, path: Path, by: str) -> Path:
     """Final per-client accuracy against ``classes`` or training ``samples``, with trend."""
-    plt = _pyplot()
+    plt = pyplot()
     final = run.final_clients()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     accuracy = final.get("accuracy", np.array([]))
@@ -200,7 +200,7 @@ def plot_final_vs(run: RunData, path: Path, by: str) -> Path:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.set_title(f"{run.label}: final per-client accuracy", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
@@ -218,8 +218,8 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
             plot_client_distribution(run, plots / CLIENT_DISTRIBUTION),
             plot_final_vs(run, plots / VS_CLASSES, "classes"),
             plot_final_vs(run, plots / VS_SAMPLES, "samples"),
-            _save(
-                plot_label_distribution(_pyplot(), run.partition, run.label),
+            save_figure(
+                plot_label_distribution(pyplot(), run.partition, run.label),
                 plots / LABEL_DISTRIBUTION,
             ),  # fmt: skip
         ]
