@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.algorithms.base import Algorithm, FederationInfo
@@ -196,8 +197,9 @@ class Simulation:
         self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr)
         self.deployment = Deployment(cfg, self.algorithm, self.plan)
         self.round_kind = build_round_kind(
-            cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes()
-        )
+            cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes(),
+            self.model_bytes,
+        )  # fmt: skip
         self.interrupted: Interruption | None = None
         c = cfg.client
         self.worker_spec = WorkerSpec(
@@ -217,6 +219,16 @@ class Simulation:
             eval_after_training=cfg.eval.when == "after_training",
             finetune_epochs=cfg.eval.finetune_epochs,
         )
+
+    def model_bytes(self) -> np.ndarray:
+        """What each client downloads in round 0 (the broadcast and its payload): an
+        asynchronous schedule times a transfer of this size each way."""
+        state = self.algorithm.init_state(self.initial_params)
+        broadcast = self.algorithm.broadcast(state)
+        return np.array([
+            self.algorithm.download_nbytes(broadcast, self.algorithm.client_payload(state, c), None)
+            for c in range(self.plan.num_clients)
+        ], dtype=np.float64)  # fmt: skip
 
     def partition_info(self) -> dict[str, Any]:
         """partition.json: the data's partition, the attackers (an attack), and the trace

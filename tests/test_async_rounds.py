@@ -106,6 +106,31 @@ def test_a_client_trains_at_most_once_per_version():
             seen.add((u.client, u.version))
 
 
+def test_availability_trace_fills_slots_only_with_online_clients_by_hand():
+    """Durations 10, 10, 40; client 0 always on, client 1 on from t = 50, client 2 on until
+    t = 30; C = 3, K = 1. Client 2 is dispatched at 0 but goes off at 30, before it would
+    arrive at 40 (a dropout noticed at 30); client 1 waits for its wake-up at 50."""
+    from fedsim.rounds.system_clock import OnlineByTrace
+    from fedsim.system.traces import AvailabilityTrace
+
+    trace = AvailabilityTrace(([(0, np.inf)], [(50, np.inf)], [(0, 30)]), None, "test")
+    clock = VirtualClock(np.array([10.0, 10.0, 40.0]), seed=(0,))
+    schedule = AsyncSchedule(clock, clock.durations(range(3), 1.0), 3, 1, 0, OnlineByTrace(trace))
+    assert sorted(f.client for f in schedule.flights()) == [0, 2]
+    aggregations = [schedule.next_aggregation() for _ in range(4)]
+    assert [a.time for a in aggregations] == [10, 20, 30, 40]
+    assert [[u.client for u in a.updates] for a in aggregations] == [[0], [0], [0], [0]]
+    assert [[(d.client, d.arrives) for d in a.dropouts] for a in aggregations[3:]] == [[(2, 30)]]
+    saved = schedule.state_dict()
+    assert saved["wakes"] and saved["wakes"][0][0] == 50
+    again = AsyncSchedule(clock, clock.durations(range(3), 1.0), 3, 1, 0, OnlineByTrace(trace))
+    again.load_state_dict(saved)
+    fifth, resumed = schedule.next_aggregation(), again.next_aggregation()
+    assert fifth == resumed and fifth.time == 50
+    assert 1 in {f.client for f in schedule.flights()}  # came online at 50 and was dispatched
+    assert next(f for f in schedule.flights() if f.client == 1).dispatched == 50
+
+
 def test_a_synchronous_round_waits_for_the_slowest_sampled_client():
     cohorts = {0: [0, 1], 1: [1, 2], 2: [0]}
     clock = VirtualClock(np.array([1.0, 3.0, 2.0]))
@@ -246,7 +271,10 @@ BAD = [
     ("asynchronous.enabled=true algorithm.name=spcacw", "gradient exchanges"),
     ("system.dropout=1", "system.dropout=1"),
     ("system.speeds=gamma:1,2", "system.speeds='gamma:1,2'"),
-    ("asynchronous.enabled=true system.upload_bandwidth=1e6", "not with asynchronous.enabled"),
+    (
+        "asynchronous.enabled=true system.upload_bandwidth=1e6 compression.kind=topk",
+        "compression.kind='topk': with asynchronous.enabled=true and system bandwidths",
+    ),
     ("asynchronous.enabled=true system.overcommit=1.3", "system.overcommit=1.3: acts only"),
     ("asynchronous.stale=ignore", "allowed: discount, drop"),
     ("asynchronous.max_staleness=0", "asynchronous.max_staleness=0"),

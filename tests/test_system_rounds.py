@@ -214,3 +214,31 @@ def test_report_compares_runs_on_one_time_axis(tmp_path: Path, capsys):
                             "--compare", str(figure)], capsys, cwd)  # fmt: skip
     assert code == 0, err
     assert figure.stat().st_size > 0
+
+
+FEDBUFF = ["asynchronous.enabled=true", "asynchronous.buffer_size=3"]
+
+
+def test_asynchronous_rounds_time_transfers_and_dispatch_only_online_clients():
+    """FedBuff on the same clock: a client's round is download + compute + upload of the
+    model (its schedule is fixed before training, so a full model each way), and a slot is
+    filled only with a client online at that moment."""
+    network = ["system.upload_bandwidth=1e5", "system.download_bandwidth=1e6"]
+    sim = Simulation(load_config(None, [*BASE, "rounds=2", *FEDBUFF, *network]))
+    plan = sim.round_kind.plan
+    model = 4 * sim.initial_params.numel()
+    compute = plan.clock.durations(range(6), sim.data.train_sizes())
+    assert plan.durations.tolist() == pytest.approx((compute + model / 1e6 + model / 1e5).tolist())
+    _, timed = simulate("rounds=2", *FEDBUFF, *network)
+    _, untimed_run = simulate("rounds=2", *FEDBUFF)
+    assert timed.history[-1]["sim_time"] > untimed_run.history[-1]["sim_time"]
+    assert [h["acc_weighted"] for h in timed.history] == [
+        h["acc_weighted"] for h in untimed_run.history
+    ]  # every client equally slower: the same schedule, later
+    sim = Simulation(load_config(None, [*BASE, "rounds=2", *FEDBUFF, "system.availability=0.5"]))
+    schedule = sim.round_kind.plan.schedule()
+    online = schedule.availability
+    for _ in range(6):
+        aggregation = schedule.next_aggregation()
+        for u in aggregation.updates:
+            assert online.online(u.dispatched, u.step)[u.client]

@@ -145,6 +145,15 @@ class SystemConfig:
         return self != SystemConfig()
 
     @property
+    def times_network(self) -> bool:
+        """Whether transfers take time (a bandwidth, or a device trace's)."""
+        return (
+            self.upload_bandwidth is not None
+            or self.download_bandwidth is not None
+            or self.device_trace is not None
+        )
+
+    @property
     def gates_clients(self) -> bool:
         """Whether a synchronous round may keep fewer clients than it samples, or sample from
         fewer than all: availability, dropout, over-selection or a deadline."""

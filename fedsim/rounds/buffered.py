@@ -61,11 +61,13 @@ class AsyncPlan:
     discount: str
     exponent: float
     seed: int
+    availability: Any = None  # who is online when (None: everyone, always)
 
     def schedule(self) -> AsyncSchedule:
         return AsyncSchedule(
-            self.clock, self.durations, self.concurrency, self.buffer_size, self.seed
-        )
+            self.clock, self.durations, self.concurrency, self.buffer_size, self.seed,
+            self.availability,
+        )  # fmt: skip
 
     def discounts(self, aggregation: Aggregation) -> tuple[np.ndarray, np.ndarray]:
         """(d(s_i) per update, 0 for a dropped stale one; whether each update is stale)."""

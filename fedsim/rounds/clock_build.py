@@ -11,7 +11,6 @@ by a seeded draw (``trace_mapping``: partition.json records it).
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any
 
 import numpy as np
@@ -134,6 +133,16 @@ def network(cfg: ExperimentConfig, num_clients: int) -> Network:
     return Network(up / slow, down / slow)
 
 
+def transfer_times(cfg: ExperimentConfig, model_bytes: np.ndarray) -> np.ndarray:
+    """Seconds each client spends downloading ``model_bytes`` and uploading as many back (an
+    asynchronous round's transfers, timed before training; 0 without bandwidths)."""
+    net = network(cfg, len(model_bytes))
+    sizes = np.asarray(model_bytes, dtype=np.float64)
+    down = np.where(np.isinf(net.download), 0.0, sizes / net.download)
+    up = np.where(np.isinf(net.upload), 0.0, sizes / net.upload)
+    return down + up
+
+
 def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:
     """Who is online when: always, by chance each attempt, or by the trace."""
     s = cfg.system
@@ -176,8 +185,6 @@ def check_rules(cfg: ExperimentConfig, rules: Rules, compute: np.ndarray) -> Non
 
 
 GATES = "system.availability, system.dropout, system.overcommit or system.deadline"
-ASYNC_UNSUPPORTED = ("upload_bandwidth", "download_bandwidth", "network_speeds",
-                     "availability_trace")  # fmt: skip
 
 
 def gate_setting(s: Any) -> str:
@@ -206,21 +213,14 @@ def check_system(cfg: ExperimentConfig, kind: str) -> None:
             f"algorithm.name={cfg.algorithm.name} trains by gradient exchanges, which the "
             "virtual clock does not time (it times one upload per client a round); leave it unset",
         )
-    if kind == "buffered":
-        for key in (*ASYNC_UNSUPPORTED, "availability"):
-            if getattr(s, key) != getattr(default, key):
-                raise ConfigError(
-                    f"system.{key}",
-                    getattr(s, key),
-                    "not with asynchronous.enabled=true yet (its schedule is fixed before "
-                    "training: it times compute only, for clients always online); leave it at "
-                    "its default",
-                )
-        if s.device_trace is not None:
-            print(
-                "fedsim: note: asynchronous rounds take the device trace's seconds per sample; "
-                "its bandwidths are not used (the schedule times compute only)",
-                file=sys.stderr,
+    if kind == "buffered":  # overcommit, deadline, min_clients: refused as effects
+        if cfg.compression.kind != "none" and s.times_network:
+            raise ConfigError(
+                "compression.kind",
+                cfg.compression.kind,
+                "with asynchronous.enabled=true and system bandwidths (or a device trace): an "
+                "asynchronous schedule is fixed before training, so it times a full model each "
+                "way, not a compressed upload; set compression.kind=none or leave them unset",
             )
     if kind == "local" and s.gates_clients:
         p = cfg.privacy

@@ -13,6 +13,8 @@ options' own checks against the algorithm are ``fedsim/deployment/checks.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from fedsim.algorithms.base import Algorithm
@@ -21,7 +23,13 @@ from fedsim.deployment.decision import checked_uploads
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
-from fedsim.rounds.clock_build import check_system, compute_clock, sync_clock
+from fedsim.rounds.clock_build import (
+    availability,
+    check_system,
+    compute_clock,
+    sync_clock,
+    transfer_times,
+)
 from fedsim.rounds.exchange import ExchangeRounds
 from fedsim.rounds.kind import RoundKind
 from fedsim.rounds.local import LocalRounds
@@ -119,11 +127,19 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
             )  # fmt: skip
 
 
-def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, plan: RunPlan) -> AsyncPlan:
-    """The run's asynchronous settings resolved (speeds drawn, the stale threshold; K and C
-    from the run plan)."""
+def async_plan(
+    cfg: ExperimentConfig,
+    train_sizes: np.ndarray,
+    plan: RunPlan,
+    model_bytes: np.ndarray | None = None,
+) -> AsyncPlan:
+    """The run's asynchronous settings resolved (speeds drawn, transfers timed, the stale
+    threshold; K and C from the run plan). ``model_bytes``: what each client downloads
+    (and uploads back: a model-sized update) in a round."""
     a = cfg.asynchronous
     clock, durations = compute_clock(cfg, train_sizes, plan.epochs)
+    if model_bytes is not None:
+        durations = durations + transfer_times(cfg, model_bytes)
     assert plan.concurrency is not None
     return AsyncPlan(
         clock=clock,
@@ -135,6 +151,7 @@ def async_plan(cfg: ExperimentConfig, train_sizes: np.ndarray, plan: RunPlan) ->
         discount=a.staleness_discount,
         exponent=a.staleness_exponent,
         seed=cfg.seed,
+        availability=availability(cfg, len(train_sizes)) if cfg.system.gates_clients else None,
     )
 
 
@@ -144,12 +161,16 @@ def build_round_kind(
     plan: RunPlan,
     deployment: Deployment,
     train_sizes: np.ndarray,
+    model_bytes: Callable[[], np.ndarray] | None = None,
 ) -> RoundKind:
-    """The round kind ``plan.kind`` for this run (checked by ``check_round_kind`` first)."""
+    """The round kind ``plan.kind`` for this run (checked by ``check_round_kind`` first);
+    ``model_bytes``: each client's download in a round, for asynchronous transfer times."""
     if plan.kind == "exchange":
         return ExchangeRounds(algorithm, cfg.seed, plan.lr.at, cfg.client.batch_size)
     if plan.kind == "buffered":
-        return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, plan))
+        timed = model_bytes is not None and cfg.system.times_network
+        sizes = model_bytes() if timed else None
+        return BufferedRounds(algorithm, deployment, async_plan(cfg, train_sizes, plan, sizes))
     if not cfg.system.timed:
         return LocalRounds(algorithm, deployment)
     clock = sync_clock(cfg, plan, train_sizes)  # a synchronous run on the virtual clock

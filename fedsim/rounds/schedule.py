@@ -16,6 +16,10 @@ not depend on what clients compute, so it is fixed by the seed before any traini
   (never twice on the same model).
 - A client that drops out (``system.dropout``, one seeded draw per dispatch) is noticed
   at the time it would have arrived; its slot is refilled and it sends nothing.
+- With an availability model (``system.availability``: a seeded draw per dispatch;
+  ``system.availability_trace``: on/off intervals) a slot is filled only with a client
+  online at that moment; with none online (a trace) the slot waits for the first idle client
+  to come on. A client whose trace turns it off before it arrives drops out, noticed then.
 
 Synchronous rounds have their own clock, on the same time axis (``system_clock.py``).
 """
@@ -32,6 +36,8 @@ import numpy as np
 
 from fedsim.rounds.staleness import VirtualClock
 from fedsim.streams import DISPATCH_TAG
+
+MAX_DRAWS = 100  # availability by chance: draws at one moment before the slot stays free
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,11 @@ class AsyncSchedule:
         concurrency: int,
         buffer_size: int,
         seed: int,
+        availability: Any = None,
     ):
-        self.clock = clock
+        """``availability``: who is online when (``system_clock.Availability``; None: all,
+        always)."""
+        self.clock, self.availability = clock, availability
         self.durations = np.asarray(durations, dtype=np.float64)
         self.num_clients = len(self.durations)
         if not 1 <= buffer_size <= self.num_clients:
@@ -94,25 +103,53 @@ class AsyncSchedule:
         self.buffer: list[Flight] = []
         self._fill()
 
+    def flights(self) -> list[Flight]:
+        """The clients in flight (not the wake-ups waiting for a client to come online)."""
+        return [f for *_, f in self.in_flight if f is not None]
+
     def busy(self) -> set[int]:
         """Clients training or waiting in the buffer (not available for a dispatch)."""
-        return {f.client for *_, f in self.in_flight} | {f.client for f in self.buffer}
+        return {f.client for f in self.flights()} | {f.client for f in self.buffer}
 
     def pending_versions(self) -> set[int]:
         """Model versions some dispatched client still trains from or waits with."""
-        return {f.version for *_, f in self.in_flight} | {f.version for f in self.buffer}
+        return {f.version for f in self.flights()} | {f.version for f in self.buffer}
+
+    def _online(self, idle: list[int], now: float) -> list[int]:
+        """The idle clients online at ``now`` (all without an availability model); with
+        none, a wake-up is queued for the first to come on (a trace), or the draw is made
+        again at the next step (availability by chance, at most MAX_DRAWS times)."""
+        if self.availability is None or not idle:
+            return idle
+        for _ in range(MAX_DRAWS):
+            online = self.availability.online(now, self.step)
+            ready = [c for c in idle if online[c]]
+            if ready:
+                return ready
+            later = min(self.availability.next_online_of(c, now) for c in idle)
+            if later > now:  # a trace: nobody idle is on now
+                queued = any(e[3] is None and e[0] == later for e in self.in_flight)
+                if np.isfinite(later) and not queued:
+                    heapq.heappush(self.in_flight, (later, -1, self.step, None))
+                return []
+            self.step += 1  # by chance: nobody drawn online, draw again
+        return []
 
     def _fill(self, now: float | None = None) -> None:
         now = self.time if now is None else now
-        while len(self.in_flight) < self.concurrency:
+        while len(self.flights()) < self.concurrency:
             busy = self.busy()
-            idle = [c for c in range(self.num_clients) if c not in busy]
+            idle = self._online([c for c in range(self.num_clients) if c not in busy], now)
             if not idle:
                 return
             rng = np.random.default_rng([self.seed, DISPATCH_TAG, self.step])
             client = idle[int(rng.integers(len(idle)))]
             dropped = bool(self.clock.dropped([client], self.step)[0])
             arrives = now + float(self.durations[client])
+            if self.availability is not None:  # goes offline before it reports: dropped
+                off = self.availability.online_until(client, now)
+                if off < arrives:
+                    dropped, arrives = True, off
             flight = Flight(client, self.version, now, arrives, self.step, dropped)
             heapq.heappush(self.in_flight, (arrives, client, self.step, flight))
             self.step += 1
@@ -123,8 +160,11 @@ class AsyncSchedule:
             "time": self.time,
             "version": self.version,
             "step": self.step,
-            "in_flight": [dataclasses.astuple(f) for *_, f in sorted(self.in_flight)],
+            "in_flight": [
+                dataclasses.astuple(f) for f in sorted(self.flights(), key=_flight_order)
+            ],
             "buffer": [dataclasses.astuple(f) for f in self.buffer],
+            "wakes": [(t, step) for t, _, step, f in self.in_flight if f is None],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -132,6 +172,7 @@ class AsyncSchedule:
         self.time, self.version, self.step = state["time"], state["version"], state["step"]
         flights = [Flight(*row) for row in state["in_flight"]]
         self.in_flight = [(f.arrives, f.client, f.step, f) for f in flights]
+        self.in_flight += [(t, -1, step, None) for t, step in state.get("wakes", [])]
         heapq.heapify(self.in_flight)
         self.buffer = [Flight(*row) for row in state["buffer"]]
 
@@ -139,9 +180,15 @@ class AsyncSchedule:
         """Advance to the next aggregation: take arrivals until the buffer holds K."""
         dropouts: list[Flight] = []
         while True:
-            if not self.in_flight:  # cannot happen with K <= clients; kept as a guard
-                raise RuntimeError("asynchronous schedule: no client in flight")
+            if not self.in_flight:  # only when no client can ever come online again
+                raise RuntimeError(
+                    f"asynchronous schedule: no client in flight at t={self.time:g} and none "
+                    "comes online again (system.availability_trace)"
+                )
             arrives, _, _, flight = heapq.heappop(self.in_flight)
+            if flight is None:  # a client comes online: fill the free slots now
+                self._fill(arrives)
+                continue
             if flight.dropped_out:
                 dropouts.append(flight)
                 self._fill(arrives)
@@ -156,6 +203,10 @@ class AsyncSchedule:
             self.time = arrives
             self._fill()
             return done
+
+
+def _flight_order(f: Flight) -> tuple[float, int, int]:
+    return (f.arrives, f.client, f.step)
 
 
 def client_work(train_sizes: Sequence[int] | np.ndarray, epochs: int) -> np.ndarray:

@@ -59,14 +59,17 @@ def transfer_seconds(nbytes: float, bandwidth: float) -> float:
 
 class Availability(Protocol):
     """Who is online: ``online(t, step)`` (bool per client at time t, in the run's
-    ``step``-th attempt), ``online_until(c, t)``
-    (when an online client goes off), ``next_online(t)`` (the first time >= t anyone is on)."""
+    ``step``-th attempt or dispatch), ``online_until(c, t)`` (when an online client goes
+    off), ``next_online_of(c, t)`` / ``next_online(t)`` (the first time >= t that client c /
+    anyone is on)."""
 
     def online(self, t: float, step: int) -> np.ndarray: ...
 
     def online_until(self, client: int, t: float) -> float: ...
 
     def next_online(self, t: float) -> float: ...
+
+    def next_online_of(self, client: int, t: float) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class AlwaysOnline:
         return math.inf
 
     def next_online(self, t: float) -> float:
+        return t
+
+    def next_online_of(self, client: int, t: float) -> float:
         return t
 
 
@@ -101,6 +107,9 @@ class OnlineByChance:
     def next_online(self, t: float) -> float:
         return t
 
+    def next_online_of(self, client: int, t: float) -> float:
+        return t
+
 
 @dataclass(frozen=True)
 class OnlineByTrace:
@@ -116,7 +125,10 @@ class OnlineByTrace:
         return float(self.trace.online_until(client, t))
 
     def next_online(self, t: float) -> float:
-        return min(float(self.trace.next_online(c, t)) for c in range(len(self.trace.intervals)))
+        return min(self.next_online_of(c, t) for c in range(len(self.trace.intervals)))
+
+    def next_online_of(self, client: int, t: float) -> float:
+        return float(self.trace.next_online(client, t))
 
 
 @dataclass(frozen=True)
