@@ -242,3 +242,32 @@ def test_asynchronous_rounds_time_transfers_and_dispatch_only_online_clients():
         aggregation = schedule.next_aggregation()
         for u in aggregation.updates:
             assert online.online(u.dispatched, u.step)[u.client]
+
+
+def test_fedscale_traces_run_end_to_end(tmp_path: Path):
+    """FedScale's two published files (pickled dicts, no extension), written here in their
+    layout: 8 devices, 6 clients drawn onto them, the behaviour trace repeating daily."""
+    import pickle
+
+    capacity = {1000 + i: {"computation": 20.0 + 10 * i, "communication": 800.0 + 100 * i}
+                for i in range(8)}  # fmt: skip
+    behave = {2000 + i: {"active": [0, 40000], "inactive": [30000 + 1000 * i, 86400],
+                         "finish_time": 86400, "duration": 0, "model": "test"}
+              for i in range(8)}  # fmt: skip
+    devices, online = tmp_path / "client_device_capacity", tmp_path / "client_behave_trace"
+    devices.write_bytes(pickle.dumps(capacity))
+    online.write_bytes(pickle.dumps(behave))
+    options = [*BASE, "rounds=2", "join_ratio=0.5", "system.overcommit=1.5",
+               f"system.device_trace={devices}", f"system.availability_trace={online}"]  # fmt: skip
+    result = run_experiment(load_config(None, options), tmp_path / "run", progress=False,
+                            report=False)  # fmt: skip
+    assert result.summary["status"] == "completed"
+    partition = json.loads((tmp_path / "run" / "partition.json").read_text())
+    entries = partition["system"]["device_trace"]["entries"]
+    sim = Simulation(load_config(None, options))
+    # FedScale: 3 x samples x computation / 1000 s to train (3: a backward pass is ~2 forwards)
+    expected = [3 * (20.0 + 10 * e) / 1000 * n for e, n in zip(entries, sim.data.train_sizes(),
+                                                               strict=True)]  # fmt: skip
+    assert sim.round_kind.clock.compute.tolist() == pytest.approx(expected)
+    first = result.history[0]
+    assert first["available"] == 6 and first["selected"] == 5 and first["reported"] == 3
