@@ -25,6 +25,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RAY_SYSTEM_PREFIXES = ("(raylet)", "(gcs_server)")
 
 TIMING_KEYS = ("seconds", "train_seconds_max_worker")  # wall-clock: differ run to run
+# a few-second real run: 600 mnist-5k digits, IID over 6 clients, on this process
+TINY_MNIST = [
+    "seed=0",
+    "data.name=mnist-5k",
+    "data.max_samples=600",
+    "data.num_clients=6",
+    "data.partition.name=iid",
+    "client.lr=0.05",
+    "runtime.executor=local",
+    "runtime.device=cpu",
+]
 
 
 def stderr_lines(err: str) -> list[str]:

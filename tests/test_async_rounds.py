@@ -10,7 +10,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from helpers import refused_check, untimed
+from helpers import TINY_MNIST, refused_check, untimed
 
 from fedsim.config import load_config
 from fedsim.rounds.schedule import AsyncSchedule, client_work
@@ -146,16 +146,7 @@ def test_a_synchronous_round_waits_for_the_slowest_sampled_client():
 
 # ------------------------------------------------------------------ on real data
 
-BASE = [
-    "seed=0",
-    "data.name=mnist-5k",
-    "data.max_samples=600",
-    "data.num_clients=6",
-    "data.partition.name=iid",
-    "client.lr=0.05",
-    "runtime.executor=local",
-    "runtime.device=cpu",
-]
+BASE = TINY_MNIST
 SLOW = "system.speeds=slow_fraction:0.34,4"
 FEDBUFF = ["asynchronous.enabled=true", "asynchronous.buffer_size=3", SLOW]
 

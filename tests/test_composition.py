@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import refused_check, run_local_and_ray, untimed
+from helpers import TINY_MNIST, refused_check, run_local_and_ray, untimed
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.config import load_config
@@ -27,17 +27,7 @@ from fedsim.experiment import RunInterrupted, run_experiment
 from fedsim.tracking.base import Sink
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = [
-    "seed=0",
-    "rounds=2",
-    "data.name=mnist-5k",
-    "data.max_samples=600",
-    "data.num_clients=6",
-    "data.partition.name=iid",
-    "client.lr=0.05",
-    "runtime.executor=local",
-    "runtime.device=cpu",
-]
+BASE = [*TINY_MNIST[:1], "rounds=2", *TINY_MNIST[1:]]
 KINDS = {
     "sync": [],
     "async": [

@@ -9,23 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import refused_check, untimed
+from helpers import TINY_MNIST, refused_check, untimed
 
 from fedsim.config import load_config
 from fedsim.experiment import run_experiment
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation
 
-BASE = [
-    "seed=0",
-    "data.name=mnist-5k",
-    "data.max_samples=600",
-    "data.num_clients=6",
-    "data.partition.name=iid",
-    "client.lr=0.05",
-    "runtime.executor=local",
-    "runtime.device=cpu",
-]
+BASE = TINY_MNIST
 
 
 def simulate(*overrides: str):

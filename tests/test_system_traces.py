@@ -310,36 +310,30 @@ def assert_one_line(err: pytest.ExceptionInfo, key: str, path: str, fragment: st
     assert err.value.key == key and err.value.value == path
 
 
-@pytest.mark.parametrize(("text", "fragment"), BAD_DEVICE_CSV)
-def test_bad_device_csv_is_one_line_naming_key_and_path(tmp_path, text, fragment):
-    path = write(tmp_path, "devices.csv", text)
+BAD_FILES = [
+    *[(write, "devices.csv", read_device_trace, DEVICE_KEY, c, f) for c, f in BAD_DEVICE_CSV],
+    *[(write, "avail.csv", read_availability_trace, AVAIL_KEY, c, f)
+      for c, f in BAD_AVAILABILITY_CSV],
+    *[(dump, "client_device_capacity", read_device_trace, DEVICE_KEY, c, f)
+      for c, f in BAD_CAPACITY],
+    *[(dump, "client_behave_trace", read_availability_trace, AVAIL_KEY, c, f)
+      for c, f in BAD_BEHAVIOUR],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("save", "name", "read", "key", "content", "fragment"),
+    BAD_FILES,
+    ids=[f"{b[1]}:{b[5]}" for b in BAD_FILES],
+)
+def test_a_bad_trace_is_one_line_naming_key_and_path(
+    tmp_path, save, name, read, key, content, fragment
+):
+    """Our CSVs and FedScale's pickles, each malformed in its own ways."""
+    path = save(tmp_path, name, content)
     with pytest.raises(ConfigError) as err:
-        read_device_trace(path, DEVICE_KEY)
-    assert_one_line(err, DEVICE_KEY, path, fragment)
-
-
-@pytest.mark.parametrize(("text", "fragment"), BAD_AVAILABILITY_CSV)
-def test_bad_availability_csv_is_one_line_naming_key_and_path(tmp_path, text, fragment):
-    path = write(tmp_path, "avail.csv", text)
-    with pytest.raises(ConfigError) as err:
-        read_availability_trace(path, AVAIL_KEY)
-    assert_one_line(err, AVAIL_KEY, path, fragment)
-
-
-@pytest.mark.parametrize(("data", "fragment"), BAD_CAPACITY)
-def test_bad_fedscale_capacity_is_one_line(tmp_path, data, fragment):
-    path = dump(tmp_path, "client_device_capacity", data)
-    with pytest.raises(ConfigError) as err:
-        read_device_trace(path, DEVICE_KEY)
-    assert_one_line(err, DEVICE_KEY, path, fragment)
-
-
-@pytest.mark.parametrize(("data", "fragment"), BAD_BEHAVIOUR)
-def test_bad_fedscale_behaviour_is_one_line(tmp_path, data, fragment):
-    path = dump(tmp_path, "client_behave_trace", data)
-    with pytest.raises(ConfigError) as err:
-        read_availability_trace(path, AVAIL_KEY)
-    assert_one_line(err, AVAIL_KEY, path, fragment)
+        read(path, key)
+    assert_one_line(err, key, path, fragment)
 
 
 @pytest.mark.parametrize(("name", "content", "fragment"), [

@@ -72,12 +72,8 @@ class Availability(Protocol):
     def next_online_of(self, client: int, t: float) -> float: ...
 
 
-@dataclass(frozen=True)
-class AlwaysOnline:
-    num_clients: int
-
-    def online(self, t: float, step: int) -> np.ndarray:
-        return np.ones(self.num_clients, dtype=bool)
+class Untimed:
+    """Availability without a timeline: whoever is online stays on for the round."""
 
     def online_until(self, client: int, t: float) -> float:
         return math.inf
@@ -90,8 +86,16 @@ class AlwaysOnline:
 
 
 @dataclass(frozen=True)
-class OnlineByChance:
-    """Each client online with chance ``p``, drawn afresh for every attempt."""
+class AlwaysOnline(Untimed):
+    num_clients: int
+
+    def online(self, t: float, step: int) -> np.ndarray:
+        return np.ones(self.num_clients, dtype=bool)
+
+
+@dataclass(frozen=True)
+class OnlineByChance(Untimed):
+    """Each client online with chance ``p``, drawn afresh for every attempt (dispatch)."""
 
     num_clients: int
     p: float
@@ -100,15 +104,6 @@ class OnlineByChance:
     def online(self, t: float, step: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, SPEED_TAG, AVAILABILITY_TAG, step])
         return rng.random(self.num_clients) < self.p
-
-    def online_until(self, client: int, t: float) -> float:
-        return math.inf
-
-    def next_online(self, t: float) -> float:
-        return t
-
-    def next_online_of(self, client: int, t: float) -> float:
-        return t
 
 
 @dataclass(frozen=True)
