@@ -134,7 +134,7 @@ def test_availability_trace_fills_slots_only_with_online_clients_by_hand():
 def test_a_synchronous_round_waits_for_the_slowest_sampled_client():
     cohorts = {0: [0, 1], 1: [1, 2], 2: [0]}
     clock = VirtualClock(np.array([1.0, 3.0, 2.0]))
-    sync = SyncClock(clock, np.ones(3), Network.free(3), AlwaysOnline(3), Rules(2), seed=0)
+    sync = SyncClock(clock, clock.slowdowns, Network.free(3), AlwaysOnline(3), Rules(2), seed=0)
     times = []
     for r in range(3):
         times.append(sync.time)

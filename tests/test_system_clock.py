@@ -32,7 +32,8 @@ def make_clock(compute, rules, *, dropout=0.0, up=None, down=None, online=None, 
         np.full(n, np.inf) if up is None else np.asarray(up, float),
         np.full(n, np.inf) if down is None else np.asarray(down, float),
     )
-    return SyncClock(per_sample, np.ones(n), network, online or AlwaysOnline(n), rules, seed)
+    compute = np.asarray(compute, float)
+    return SyncClock(per_sample, compute, network, online or AlwaysOnline(n), rules, seed)
 
 
 def attempt(selected, start=100.0, dropouts=(), n=5):

@@ -157,11 +157,10 @@ def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:
 def sync_clock(cfg: ExperimentConfig, plan: RunPlan, train_sizes: np.ndarray) -> SyncClock:
     """The virtual clock of a synchronous run (``system.*``; see system_clock.py)."""
     s, n = cfg.system, len(train_sizes)
-    clock, _ = compute_clock(cfg, train_sizes, plan.epochs)
-    work = client_work(train_sizes, np.asarray(plan.epochs.all(n), dtype=np.int64))
+    clock, compute = compute_clock(cfg, train_sizes, plan.epochs)
     rules = Rules(plan.cohort_size, s.overcommit, s.deadline, s.min_clients, s.short_round)
-    check_rules(cfg, rules, clock.durations(range(n), work))
-    return SyncClock(clock, work, network(cfg, n), availability(cfg, n), rules, cfg.seed)
+    check_rules(cfg, rules, compute)
+    return SyncClock(clock, compute, network(cfg, n), availability(cfg, n), rules, cfg.seed)
 
 
 def check_rules(cfg: ExperimentConfig, rules: Rules, compute: np.ndarray) -> None:

@@ -206,14 +206,16 @@ class SyncClock:
     def __init__(
         self,
         clock: VirtualClock,
-        work: np.ndarray,
+        compute: np.ndarray,
         network: Network,
         availability: Availability,
         rules: Rules,
         seed: int,
     ):
+        """``clock``: the dropout draws; ``compute``: each client's round of training, in
+        virtual seconds."""
         self.clock, self.network, self.availability = clock, network, availability
-        self.compute = clock.durations(range(len(work)), work)  # seconds per client round
+        self.compute = np.asarray(compute, dtype=np.float64)
         self.rules, self.seed = rules, seed
         self.time = 0.0  # when the next round starts
         self.step = 0  # attempts made so far
