@@ -186,16 +186,16 @@ def write(path: Path, sections: list, args: argparse.Namespace) -> None:
     seeds = " ".join(map(str, args.seeds))
     intro = textwrap.fill(
         f"`python benchmarks/system.py --seeds {seeds} --rounds {args.rounds}`. "
-        + " ".join(__doc__.split("\n\n")[2:]).replace("\n", " "),
+        + " ".join(__doc__.split("\n\n")[2:]).replace("\n", " ").replace("``", "`"),
         width=92, break_on_hyphens=False,
     )  # fmt: skip
     lines = [START, "## Clients in time: over-selection, deadlines and FedBuff", "", intro, ""]
     titles = {"compute": "Compute time only", "network": "Compute and network time"}
     for trace, rows, horizons in sections:
-        lines += [f"### {titles[trace]}", "",
-                  f"T (the plain FedAvg run's last virtual time), seeds {seeds}: "
-                  + ", ".join(f"{h:,.0f} s" for h in horizons) + ". Accuracies in %, mean ± "
-                  "std over seeds.", "", *rows, ""]  # fmt: skip
+        note = (f"T (the plain FedAvg run's last virtual time), seeds {seeds}: "
+                + ", ".join(f"{h:,.0f} s" for h in horizons) + ". Accuracies in %, mean ± "
+                "std over seeds.")  # fmt: skip
+        lines += [f"### {titles[trace]}", "", textwrap.fill(note, width=92), "", *rows, ""]
     lines.append(END)
     text = "\n".join(lines)
     old = path.read_text() if path.is_file() else "# Clients in time\n"
