@@ -63,12 +63,17 @@ def suffix_group(item: pytest.Item, group: str) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
     """One xdist group per module whose tests share module work (module docstring), marked
     before any other plugin runs; after them all, under ``--dist loadgroup`` (in a worker),
-    each grouped test's node id carries its group, where xdist's own suffix did not take."""
+    each grouped test's node id carries its group, where xdist's own suffix did not take,
+    and the tests marked slow come first (a group's tests keep their order): xdist hands out
+    the groups (largest first), then single tests in this order, so the long ones start
+    early and the two workers end together on short ones (the Tune searches, last in file
+    order, kept one worker busy alone for the suite's last minute or two)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None and shares_module_work(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
     result = yield
     if getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        items.sort(key=lambda item: not (item.get_closest_marker("slow") or group_name(item)))
         for item in items:
             group = group_name(item)
             if group is not None and not item.nodeid.endswith(f"@{group}"):
