@@ -38,12 +38,47 @@ def shares_module_work(item: pytest.Item) -> bool:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One xdist group per module whose tests share module work (module docstring)."""
+def group_name(item: pytest.Item) -> str | None:
+    """The xdist group of ``item`` as pytest-xdist names it (its groups, sorted, joined)."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+             for m in item.iter_markers("xdist_group")}  # fmt: skip
+    return "_".join(sorted(names)) if names else None
+
+
+def suffix_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the node id ``<id>@<group>`` that ``--dist loadgroup`` schedules by.
+    pytest-xdist (3.8) writes it to ``item._nodeid``, which pytest 9.2 no longer reads (its
+    node id is ``item._id``): without this, every group was split over both workers and
+    interleaved with other modules, so shared runs and module fixtures ran two or more times."""
+    suffixed = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(suffixed)  # type: ignore[attr-defined]
+    else:
+        item._nodeid = suffixed  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """One xdist group per module whose tests share module work (module docstring), marked
+    before any other plugin runs; after them all, under ``--dist loadgroup`` (in a worker),
+    each grouped test's node id carries its group, where xdist's own suffix did not take,
+    and the tests marked slow come first (a group's tests keep their order): xdist hands out
+    the groups (largest first), then single tests in this order, so the long ones start
+    early and the two workers end together on short ones (the Tune searches, last in file
+    order, kept one worker busy alone for the suite's last minute or two)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None and shares_module_work(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        items.sort(key=lambda item: not (item.get_closest_marker("slow") or group_name(item)))
+        for item in items:
+            group = group_name(item)
+            if group is not None and not item.nodeid.endswith(f"@{group}"):
+                suffix_group(item, group)
+    return result
 
 
 @pytest.fixture(autouse=True)
