@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedsim.tracking.label_plot import draw_label_distribution, train_class_counts
-from fedsim.tracking.report import LABEL_DISTRIBUTION, _pyplot
+from fedsim.tracking.report import LABEL_DISTRIBUTION, pyplot
 
 
 def partition(counts: list[list[int]]) -> dict:
@@ -24,7 +24,7 @@ def test_counts_are_read_per_client_and_padded_to_the_widest_row() -> None:
 
 
 def test_a_few_clients_get_one_stacked_bar_each() -> None:
-    plt = _pyplot()
+    plt = pyplot()
     counts = np.array([[5, 0, 2], [0, 4, 0]])
     fig = draw_label_distribution(plt, counts, "run")
     ax = fig.axes[0]
@@ -35,7 +35,7 @@ def test_a_few_clients_get_one_stacked_bar_each() -> None:
 
 
 def test_thousands_of_clients_get_shares_sorted_by_their_main_class() -> None:
-    plt = _pyplot()
+    plt = pyplot()
     rng = np.random.default_rng(0)
     counts = rng.integers(0, 5, size=(3597, 62))
     counts[np.arange(3597), rng.integers(0, 62, size=3597)] += 50  # one main class each
