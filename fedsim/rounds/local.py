@@ -27,12 +27,11 @@ from fedsim.storage import ClientStateStore
 
 @dataclass
 class ClockStep:
-    """A timed round's work before it is committed: its last attempt and the clock after."""
+    """A timed round's work before it is committed: its last attempt and the clock's
+    attempt count after the round (its time after it is the attempt's end)."""
 
     outcome: Outcome
-    attempts: int
-    steps: int  # the clock's attempt count after the round
-    end: float
+    steps: int
 
 
 class LocalRounds(RoundKind):
@@ -80,12 +79,13 @@ class LocalRounds(RoundKind):
         step: ClockStep | None = work.pending
         if step is not None:
             assert self.clock is not None
-            self.clock.time, self.clock.step = step.end, step.steps
+            self.clock.time, self.clock.step = step.outcome.end, step.steps
         if not plan.training or (step is not None and step.outcome.short):
             return state  # a skipped round aggregates nothing
         kept = work.results
         if step is not None:
-            kept = [c for c in work.results if c.client in set(step.outcome.kept)]
+            counted = set(step.outcome.kept)
+            kept = [c for c in work.results if c.client in counted]
         combined = self.deployment.combine(plan.round, [w.sums for w in work.worker_results], kept)
         work.extras = {**combined.metrics, **work.extras}
         individual = {c.client: c.individual for c in kept if c.individual is not None}
@@ -131,9 +131,11 @@ class LocalRounds(RoundKind):
             steps += 1
             kept = set() if outcome.short else set(outcome.kept)
             for c in done.results:
-                merged = _keep_training(c, results.get(c.client)) if c.client in kept else c
-                if c.client not in kept:
-                    merged = _without_training(merged, results.get(c.client))
+                earlier = results.get(c.client)
+                if c.client in kept:
+                    merged = _keep_training(c, earlier)
+                else:
+                    merged = _without_training(c, earlier)
                 if merged is not None:
                     results[c.client] = merged
             worker_results += done.worker_results
@@ -152,7 +154,7 @@ class LocalRounds(RoundKind):
             bytes_down=bytes_down,
             timing={"sim_time": began},
             extras=extras,
-            pending=ClockStep(outcome, number + 1, steps, outcome.end),
+            pending=ClockStep(outcome, steps),
         )
 
 
