@@ -54,6 +54,7 @@ def main() -> dict:
         None,
         [
             "data.name=mnist-5k",
+            "data.max_samples=2500",  # 4 clients a worker x ~24 steps x 2 epochs: >1 s a round
             "data.num_clients=8",
             "data.partition.alpha=0.5",
             "rounds=3",
@@ -71,7 +72,13 @@ def main() -> dict:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            # the removed node is declared dead after ~1.5 s, not Ray's default ~15 s (a
+            # 3 s health check, 5 misses): the test is what fedsim does then, not the wait
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
     )
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     cluster.wait_for_nodes()

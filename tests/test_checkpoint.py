@@ -19,6 +19,7 @@ from fedsim.simulation import Simulation
 # SCAFFOLD: a server state (x, c) and a private state per client (c_i); half the clients a round
 BASE = [
     "algorithm.name=scaffold",
+    "data.max_samples=1500",  # what is saved and restored, not how much is learnt
     "data.num_clients=10",
     "join_ratio=0.5",
     "runtime.executor=local",
@@ -83,7 +84,13 @@ def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(
 ):
     cfg = load_config(
         "configs/cwfedavg/mnist5k-pat-cw-output-wdr.yaml",
-        ["rounds=2", "data.num_clients=10", "runtime.executor=local", "checkpoint_every=1"],
+        [
+            "rounds=2",
+            "data.num_clients=10",
+            "data.max_samples=1500",
+            "runtime.executor=local",
+            "checkpoint_every=1",
+        ],
     )
     run_dir = tmp_path / "cw"
     run_experiment(cfg, run_dir, progress=False, report=False)

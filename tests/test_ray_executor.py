@@ -36,11 +36,12 @@ from lightning_modules.registry import build_model
 
 
 def small_config(*overrides: str):
-    """mnist-5k, 10 Dirichlet clients, 2 rounds: real data, seconds per run."""
+    """2,000 digits of mnist-5k, 10 Dirichlet clients, 2 rounds: real data, seconds per run."""
     return load_config(
         None,
         [
             "data.name=mnist-5k",
+            "data.max_samples=2000",
             "data.num_clients=10",
             "data.partition.alpha=0.5",
             "rounds=2",
@@ -146,7 +147,7 @@ ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def sim() -> Simulation:
-    """mnist-5k, 10 clients, 60% sampled, 3 rounds; FedAvg plus a client state."""
+    """2,000 digits, 10 clients, 60% sampled, 3 rounds; FedAvg plus a client state."""
     simulation = Simulation(small_config("join_ratio=0.6", "rounds=3"))
     algorithm = FedAvgWithMemory(simulation.algorithm.params, simulation.federation)
     simulation.algorithm = simulation.worker_spec.algorithm = algorithm

@@ -53,6 +53,7 @@ def test_same_seed_same_summary(tmp_path):
         "configs/quickstart.yaml",
         "rounds=2",
         "data.num_clients=6",
+        "data.max_samples=1000",
         "join_ratio=0.5",
         "--no-progress",
     ]

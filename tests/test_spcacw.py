@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import federation, one_line_error, untimed
+from helpers import federation, one_line_error, run_local_and_ray, untimed
 
 from fedsim.algorithms.simplex import (
     objective,
@@ -449,18 +449,9 @@ def test_a_centred_run_logs_its_terms():
         ],
     ],
 )
-def test_ray_pool_equals_the_local_executor(ray_cluster, extra):
-    from fedsim.runtime.ray_executor import RayExecutor
-
+def test_ray_pool_equals_the_local_executor(ray_cluster, ray_pool, extra):
     overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7", *extra]
-    local = local_run(simulation(*overrides))
-    sim = simulation(*overrides)
-    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
-    pool = RayExecutor(runtime, sim.worker_spec, sim.data)
-    try:
-        pooled = sim.run(pool)
-    finally:
-        pool.close()
+    local, pooled = run_local_and_ray(load_config(None, [*BASE, *overrides]), ray_pool)
     for key, value in local.state.items():  # the same bits, every entry of the state
         if isinstance(value, torch.Tensor):
             assert torch.equal(pooled.state[key], value), key

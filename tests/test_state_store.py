@@ -136,6 +136,7 @@ def test_simulation_with_everything_spilled_matches_in_memory():
     """Local-only keeps a full model per client: spilling it all must change nothing."""
     overrides = [
         "data.name=mnist-5k",
+        "data.max_samples=1200",
         "data.num_clients=6",
         "rounds=2",
         "join_ratio=0.5",
