@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import assert_same, untimed
-from test_algorithm_contract import BUILT_IN, REQUIRED, tiny_dataset
+from test_algorithm_contract import BUILT_IN, CHEAPER, REQUIRED, tiny_dataset
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.config import load_config
@@ -66,6 +66,7 @@ def model_keys(algorithm: str, kind: str) -> list[str]:
 
 def config(algorithm: str, kind: str, *extra: str) -> Any:
     required = [k for k in REQUIRED.get(algorithm, []) if not k.startswith("model.name=")]
+    required += CHEAPER.get(algorithm, [])
     keys = [*BASE, f"algorithm.name={algorithm}", *required, *model_keys(algorithm, kind)]
     return load_config(None, [*keys, *extra])
 
