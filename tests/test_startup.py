@@ -13,7 +13,7 @@ from fedsim.early_start import start_early
 from fedsim.startup_timeline import startup_seconds
 
 QUICKSTART = Path(__file__).parents[1] / "configs" / "quickstart.yaml"
-QUICK = [str(QUICKSTART), "rounds=1", "data.num_clients=4", "--no-progress"]
+QUICK = [str(QUICKSTART), "rounds=1", "data.num_clients=4", "data.max_samples=800", "--no-progress"]
 STEPS = [
     "ray_start_began_s",
     "ray_started_s",
