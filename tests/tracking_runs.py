@@ -1,8 +1,8 @@
 """Two tiny finished run folders shared by the tracking tests (one W&B-offline, one not).
 
 Built once per test session (~10-20 s on this machine): FedAvg with W&B in offline mode and
-cwFedAvg (which has its own figure, the row-norm heatmap), both on mnist-5k, 6 Dirichlet
-clients, 2 rounds.
+cwFedAvg (which has its own figure, the row-norm heatmap), both on 1,200 digits of mnist-5k,
+6 Dirichlet clients, 2 rounds.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from fedsim.experiment import run_experiment
 TINY = [
     "rounds=2",
     "data.num_clients=6",
+    "data.max_samples=1200",
     "join_ratio=0.5",
     "data.partition.name=dirichlet",
     "data.partition.alpha=0.5",
