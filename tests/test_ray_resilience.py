@@ -145,6 +145,7 @@ DRIVER = [
     "runtime.executor=ray",
     "runtime.workers=1",
     "data.num_clients=4",
+    "data.max_samples=800",  # the first round ends in seconds; the run is killed after it
     "rounds=300",
 ]
 
