@@ -33,6 +33,7 @@ from fedsim.algorithms.spcacw import (
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.gradient_tasks import CurvatureTask, GradientTask
+from fedsim.runtime import curvature
 from fedsim.runtime.curvature import hessian_top_eigenvalue, power_iteration
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.worker import ClientWorker
@@ -357,6 +358,23 @@ def test_hvp_power_iteration_matches_the_exact_hessian_of_a_small_model():
     exact = torch.linalg.eigvalsh(hessian)
     top = float(exact[exact.abs().argmax()])
     assert got == pytest.approx(top, rel=2e-3)
+
+
+def test_kept_gradient_graphs_give_the_rebuilt_graphs_eigenvalue_to_the_bit(monkeypatch):
+    """Up to KEEP_GRAPHS_SAMPLES the chunks' gradient graphs are reused by every product;
+    above it they are rebuilt each time. Same operations on the same values: same bits."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    x, y = torch.randn(40, 3), torch.randint(0, 4, (40,))
+    data = SimpleNamespace(batch=lambda idx: (x[idx], y[idx]))
+
+    def eigenvalue() -> float:
+        return hessian_top_eigenvalue(model, data, np.arange(40), batch_size=7, iterations=30,
+                                      generator=torch.Generator().manual_seed(1))  # fmt: skip
+
+    kept = eigenvalue()
+    monkeypatch.setattr(curvature, "KEEP_GRAPHS_SAMPLES", 0)
+    assert eigenvalue() == kept
 
 
 # ------------------------------------------------------------------ real federation
