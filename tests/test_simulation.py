@@ -23,14 +23,16 @@ from lightning_modules.hooks import ClientTerms
 
 @pytest.mark.slow
 def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
-    result = run_experiment(quickstart("rounds=8"), tmp_path / "run", progress=False)
+    """Measured final acc_weighted after 6 rounds, seeds 0 / 1 / 2: 0.906 / 0.890 / 0.920
+    (after 4: 0.867 / 0.849 / 0.885)."""
+    result = run_experiment(quickstart("rounds=6"), tmp_path / "run", progress=False)
     assert result.summary["final"]["acc_weighted"] >= 0.85, result.summary
     for name in ("config.yaml", "partition.json", "metrics.jsonl", "clients.csv", "summary.json"):
         assert (tmp_path / "run" / name).is_file()
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["round"] for line in lines] == list(range(9))
+    assert [json.loads(line)["round"] for line in lines] == list(range(7))
     rows = (tmp_path / "run" / "clients.csv").read_text().splitlines()
-    assert rows[0] == "client,round,accuracy,loss,n,classes,weight" and len(rows) == 1 + 9 * 20
+    assert rows[0] == "client,round,accuracy,loss,n,classes,weight" and len(rows) == 1 + 7 * 20
 
 
 @pytest.mark.slow
