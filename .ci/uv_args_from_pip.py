@@ -43,7 +43,9 @@ def uv_args(pip_config_list: str) -> list[str]:
 def main() -> None:
     listing = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     print(shlex.join(uv_args(listing)))
 

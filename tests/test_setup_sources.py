@@ -29,11 +29,11 @@ def test_every_source_is_passed_and_later_settings_override():
         "--find-links", "/opt/wheels",
         "--find-links", "/srv/more",
         "--constraints", "/etc/xdg/pip/constraints.txt",
-    ]
+    ]  # fmt: skip
 
 
 def test_an_index_url_becomes_the_default_index_and_no_config_gives_pips_rule_only():
     assert helper.uv_args("user.index-url='https://mirror.example/simple'\n") == [
         "--index-strategy", "unsafe-best-match", "--default-index", "https://mirror.example/simple",
-    ]
+    ]  # fmt: skip
     assert helper.uv_args("") == ["--index-strategy", "unsafe-best-match"]
