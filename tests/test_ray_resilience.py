@@ -305,7 +305,8 @@ def test_missing_dataset_on_ray_stops_the_early_workers(tmp_path):
         except psutil.NoSuchProcess:
             break
         time.sleep(0.1)
-    err = driver.stderr.read().decode()
+    # the loop may leave on NoSuchProcess before poll() saw the exit: wait for the status
+    err = driver.communicate(timeout=60)[1].decode()
     lines = stderr_lines(err)
     assert driver.returncode == 2 and len(lines) == 1 and "data.name='mnist'" in lines[0], err
     assert "raylet" in seen  # Ray did start early
