@@ -1,6 +1,7 @@
-"""Shared fixtures. Ray starts at most once per test session (~4 s or more), on 2 CPUs:
-every test that needs Ray takes ``ray_cluster`` (in this process) or ``ray_address`` (for
-a job run in a subprocess, via ``RAY_ADDRESS``) instead of starting its own.
+"""Shared fixtures. Ray starts at most once per test session (~4 s or more), on 3 logical
+CPUs (2, and 1 for the worker actors ``ray_pool`` lends from module to module): every test
+that needs Ray takes ``ray_cluster`` (in this process) or ``ray_address`` (for a job run in
+a subprocess, via ``RAY_ADDRESS``) instead of starting its own.
 
 Every test leaves the process as it found it: ``restore_process_state`` puts back torch's
 thread count, ``os.environ`` and the working directory after each test, so no test's result
@@ -105,6 +106,9 @@ def with_environ(values: dict[str, str]) -> dict[str, str]:
     return saved
 
 
+SESSION_POOL_CPUS = 1  # the lent pool (``ray_pool``): two worker actors at half a CPU each
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """A small local Ray cluster shared by every test that needs one; shut down at the end.
@@ -121,7 +125,7 @@ def ray_cluster() -> Iterator[Any]:
         try:
             ray.init(
                 address="local",  # our own cluster, even if another one runs here
-                num_cpus=2,
+                num_cpus=SESSION_POOL_CPUS + 2,  # the session's pool + 2 for the tests' own
                 include_dashboard=False,
                 object_store_memory=256 * 2**20,
                 logging_level=logging.WARNING,
@@ -137,19 +141,36 @@ def ray_cluster() -> Iterator[Any]:
             ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def ray_pool(ray_cluster: Any) -> Iterator[dict[str, Any]]:
-    """Two worker actors (half a CPU each) lent to a module's Ray runs, so a module of short
-    runs starts actors once: ``{"pool": StartedPool}``, taken by a ``RayExecutor(pool=...)``
-    and put back with ``detach_pool()`` (``helpers.run_local_and_ray(cfg, held)``). They
-    hold one of the cluster's two CPUs while the module runs; killed at its end."""
+def start_session_pool() -> Any:
+    """Two worker actors at half a CPU each (one torch thread), as ``ray_pool`` lends."""
     from fedsim.config import RuntimeConfig
     from fedsim.runtime.pool_start import start_pool
 
-    held = {"pool": start_pool(RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5))}
+    return start_pool(RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5))
+
+
+@pytest.fixture(scope="session")
+def session_pool_holder(ray_cluster: Any) -> Iterator[dict[str, Any]]:
+    """Where the session's lent worker actors are kept between modules; killed at its end."""
+    held: dict[str, Any] = {}
     yield held
-    if "pool" in held:  # not lost to a failed run (whose executor closed it)
+    if "pool" in held:
         held["pool"].close()
+
+
+@pytest.fixture(scope="module")
+def ray_pool(session_pool_holder: dict[str, Any]) -> dict[str, Any]:
+    """Two worker actors (half a CPU each) lent to a module's Ray runs: ``{"pool":
+    StartedPool}``, taken by a ``RayExecutor(pool=...)`` and put back with ``detach_pool()``
+    (``helpers.run_local_and_ray(cfg, held)``). Started once per test process (each start
+    costs ~7 s of CPU: every actor imports torch and Lightning) and handed from module to
+    module; a run that loses them (a failure closes its executor) leaves the holder empty
+    and the next module starts new ones. They hold ``SESSION_POOL_CPUS`` of the cluster's
+    CPUs for the whole session; the cluster has that many more than the 2 the tests'
+    own pools and drivers count on."""
+    if "pool" not in session_pool_holder:
+        session_pool_holder["pool"] = start_session_pool()
+    return session_pool_holder
 
 
 @pytest.fixture(scope="session")

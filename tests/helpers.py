@@ -52,15 +52,32 @@ def untimed(history: list[dict]) -> list[dict]:
     return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
 
-def run_local_and_ray(cfg: Any, held: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """Run ``cfg`` on the local executor, then on a 2-worker Ray pool (half a CPU each);
-    the two ``RunResult`` s. Needs the session's ``ray_cluster`` fixture. ``held``: the
-    ``ray_pool`` fixture's holder, whose actors the Ray run borrows and hands back (each
-    run gives them its own spec and data); None: the run starts and kills its own."""
-    import dataclasses
-
-    from fedsim.runtime.executor import LocalExecutor
+def lent_ray_executor(sim: Any, held: dict[str, Any]) -> Any:
+    """A Ray executor for ``sim`` on the worker actors the ``ray_pool`` fixture lends (2
+    workers, half a CPU each); its ``close`` hands them back to ``held`` rather than killing
+    them (a pool that lost a worker is closed and not handed back: the next module starts
+    new actors)."""
     from fedsim.runtime.ray_executor import RayExecutor
+
+    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
+    executor = RayExecutor(runtime, sim.worker_spec, sim.data, pool=held.pop("pool"))
+    close = executor.close
+
+    def hand_back() -> None:
+        try:
+            with contextlib.suppress(RuntimeError):  # closed, or a worker is gone
+                held["pool"] = executor.detach_pool()
+        finally:
+            close()
+
+    executor.close = hand_back
+    return executor
+
+
+def run_local_and_ray(cfg: Any, held: dict[str, Any]) -> tuple[Any, Any]:
+    """Run ``cfg`` on the local executor, then on the worker actors the ``ray_pool``
+    fixture's holder ``held`` lends (``lent_ray_executor``); the two ``RunResult`` s."""
+    from fedsim.runtime.executor import LocalExecutor
     from fedsim.simulation import Simulation
 
     torch.set_num_threads(1)
@@ -70,15 +87,9 @@ def run_local_and_ray(cfg: Any, held: dict[str, Any] | None = None) -> tuple[Any
         if executor == "local":
             pool = LocalExecutor(sim.worker_spec, sim.data)
         else:
-            runtime = dataclasses.replace(
-                cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5
-            )
-            borrowed = held.pop("pool") if held else None
-            pool = RayExecutor(runtime, sim.worker_spec, sim.data, pool=borrowed)
+            pool = lent_ray_executor(sim, held)
         try:
             results.append(sim.run(pool))
-            if held is not None and executor == "ray":
-                held["pool"] = pool.detach_pool()
         finally:
             pool.close()
     return results[0], results[1]

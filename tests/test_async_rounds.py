@@ -4,13 +4,12 @@ drop vs discount, bad input, and the effect of slow clients against simulated ti
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MNIST, refused_check, untimed
+from helpers import TINY_MNIST, lent_ray_executor, refused_check, untimed
 
 from fedsim.config import load_config
 from fedsim.rounds.schedule import AsyncSchedule, client_work
@@ -221,18 +220,10 @@ def test_fedper_and_fedprox_run_asynchronously():
 
 
 @pytest.mark.slow
-def test_ray_pool_equals_local_executor(ray_cluster):
-    from fedsim.runtime.ray_executor import RayExecutor
-
-    def pool(sim):
-        runtime = dataclasses.replace(
-            sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5
-        )
-        return RayExecutor(runtime, sim.worker_spec, sim.data)
-
+def test_ray_pool_equals_local_executor(ray_pool):
     options = ("rounds=3", *FEDBUFF, "system.dropout=0.2", "asynchronous.concurrency=5")
     _, local = simulate(*options)
-    _, ray_run = simulate(*options, executor=pool)
+    _, ray_run = simulate(*options, executor=lambda sim: lent_ray_executor(sim, ray_pool))
     assert untimed(ray_run.history) == untimed(local.history)
     assert torch.equal(ray_run.state["params"], local.state["params"])
 

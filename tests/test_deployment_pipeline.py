@@ -4,12 +4,10 @@ default path untouched, local == Ray with a robust rule on, and bad input (one l
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
-from helpers import refused_check, untimed
+from helpers import lent_ray_executor, refused_check, untimed
 
 from fedsim.algorithms.base import ModelUpload
 from fedsim.config import load_config
@@ -110,7 +108,11 @@ def run(*extra: str, executor=None):
     torch.set_num_threads(1)  # as a worker does: more threads on a busy CPU only spin
     cfg = load_config(None, [*TINY, *extra])
     sim = Simulation(cfg, small_data(cfg))
-    return sim, sim.run(executor(sim) if executor else LocalExecutor(sim.worker_spec, sim.data))
+    pool = executor(sim) if executor else LocalExecutor(sim.worker_spec, sim.data)
+    try:
+        return sim, sim.run(pool)
+    finally:
+        pool.close()
 
 
 @pytest.mark.slow
@@ -123,9 +125,7 @@ def test_inactive_options_leave_the_run_bit_identical():
 
 
 @pytest.mark.slow
-def test_ray_pool_equals_local_executor_with_a_robust_rule(ray_cluster):
-    from fedsim.runtime.ray_executor import RayExecutor
-
+def test_ray_pool_equals_local_executor_with_a_robust_rule(ray_pool):
     options = (
         "aggregation.rule=median",
         "aggregation.anomaly_cosine=0.0",
@@ -136,14 +136,8 @@ def test_ray_pool_equals_local_executor_with_a_robust_rule(ray_cluster):
         "compression.error_feedback=true",
     )
 
-    def pool(sim):
-        runtime = dataclasses.replace(
-            sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5
-        )
-        return RayExecutor(runtime, sim.worker_spec, sim.data)
-
     _, local = run(*options)
-    sim, ray_run = run(*options, executor=pool)
+    sim, ray_run = run(*options, executor=lambda sim: lent_ray_executor(sim, ray_pool))
     assert untimed(ray_run.history) == untimed(local.history)
     assert torch.equal(ray_run.state["params"], local.state["params"])
     assert sim.deployment.stage(CompressStage).residuals  # error feedback: one per client

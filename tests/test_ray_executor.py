@@ -204,7 +204,7 @@ def assert_same_run(got, want) -> None:
 @pytest.fixture(scope="module")
 def pool(ray_cluster, sim):
     """Two worker actors for the whole module (each costs seconds and ~0.5 GB to start)."""
-    # Half a CPU each (still one torch thread): a 1-worker pool fits next to it on 2 CPUs.
+    # Half a CPU each (still one torch thread): a 1-worker pool fits next to it.
     runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
     executor = RayExecutor(runtime, sim.worker_spec, sim.data)
     yield executor
@@ -278,8 +278,14 @@ def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pool
 
 @pytest.mark.slow
 def test_pool_that_cannot_be_placed_fails_clearly(sim, pool):
-    """The module pool holds 1 of the 2 CPUs: a 2-CPU worker cannot start; no silent hang."""
-    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=1, cpus_per_worker=2)
+    """The module pool holds 1 of the cluster's CPUs: a worker asking for all of them cannot
+    start; no silent hang."""
+    import ray
+
+    every_cpu = ray.cluster_resources()["CPU"]
+    runtime = dataclasses.replace(
+        sim.cfg.runtime, executor="ray", workers=1, cpus_per_worker=every_cpu
+    )
     with pytest.raises(RuntimeError, match=r"1 of 1 workers not started .* free now"):
         RayExecutor(runtime, sim.worker_spec, sim.data, startup_timeout_s=2)
 
