@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import lent_ray_executor
 
 from fedsim.algorithms.cwfedavg import ROW_NORMS_PNG, mean_row_correlation
 from fedsim.config import load_config
@@ -103,12 +104,10 @@ def _train_proportions(run_dir: Path) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_ray_pool_runs_cwfedavg_like_the_local_executor(ray_cluster) -> None:
+def test_ray_pool_runs_cwfedavg_like_the_local_executor(ray_pool) -> None:
     """Class models, personalized accuracy and each client's r through 2 Ray workers equal the
     in-process run, with partial participation (half the clients per round)."""
-    import dataclasses
-
-    from fedsim.runtime.factory import make_executor
+    from fedsim.runtime.executor import LocalExecutor
     from fedsim.simulation import Simulation
 
     cfg = config(
@@ -124,9 +123,8 @@ def test_ray_pool_runs_cwfedavg_like_the_local_executor(ray_cluster) -> None:
     )
     sim = Simulation(cfg)
     runs = []
-    for executor in ("ray", "local"):
-        runtime = dataclasses.replace(cfg.runtime, executor=executor)
-        with make_executor(runtime, sim.worker_spec, sim.data) as pool:
+    for pool in (lent_ray_executor(sim, ray_pool), LocalExecutor(sim.worker_spec, sim.data)):
+        with pool:
             runs.append(sim.run(pool))
     ray_run, local_run = runs
     for key in ("acc_weighted", "acc_mean"):

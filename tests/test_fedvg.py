@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import FixedProbe, federation, run_round
+from helpers import FixedProbe, federation, lent_ray_executor, run_round
 
 from fedsim.algorithms.base import ClientInfo, FederationInfo
 from fedsim.algorithms.fedprox import FedProx
@@ -333,7 +333,7 @@ def test_val_holdout_gives_the_baselines_fedvg_training_data(data):
     assert plain.weighting.train_indices(0) is None  # FedAvg proper trains on everything
 
 
-def test_scaffold_with_fedvg_and_a_public_val_set_on_ray_equals_local(ray_cluster, data):
+def test_scaffold_with_fedvg_and_a_public_val_set_on_ray_equals_local(ray_pool, data):
     """Server-only samples reach the Ray workers; scores run there; c_i in the store."""
     cfg = load_config(
         None,
@@ -354,7 +354,7 @@ def test_scaffold_with_fedvg_and_a_public_val_set_on_ray_equals_local(ray_cluste
     )
     sim = Simulation(cfg, data=data)
     assert sim.data.server_samples == round(0.1 * data.train_sizes().sum())
-    with make_executor(cfg.runtime, sim.worker_spec, sim.data) as pool:
+    with lent_ray_executor(sim, ray_pool) as pool:
         pooled = sim.run(pool)
     local_runtime = dataclasses.replace(cfg.runtime, executor="local")
     with make_executor(local_runtime, sim.worker_spec, sim.data) as local_executor:
