@@ -27,8 +27,8 @@ def share_the_cores() -> None:
     """Under ``pytest -n N`` (pytest-xdist), each test process gets its 1/N of the cores for
     torch's threads (``OMP_NUM_THREADS``, so its subprocesses too, unless set already).
     torch's default, one thread per core in each of N processes, oversubscribes the cores,
-    and the waiting OpenMP threads spin: FedVG's effect test took 83 s of CPU in 43 s on 2
-    threads and 51 s in 48 s on 1, the other 32 s taken from the other process's tests."""
+    and the waiting OpenMP threads spin: FedVG's effect test, alone, took 83 s of CPU in 43 s
+    on 2 threads and 51 s in 48 s on 1."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if processes > 1:
         share = max(1, (os.cpu_count() or 1) // processes)
@@ -156,14 +156,6 @@ def ray_cluster() -> Iterator[Any]:
             ray.shutdown()
 
 
-def start_session_pool() -> Any:
-    """Two worker actors at half a CPU each (one torch thread), as ``ray_pool`` lends."""
-    from fedsim.config import RuntimeConfig
-    from fedsim.runtime.pool_start import start_pool
-
-    return start_pool(RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5))
-
-
 @pytest.fixture(scope="session")
 def session_pool_holder(ray_cluster: Any) -> Iterator[dict[str, Any]]:
     """Where the session's lent worker actors are kept between modules; killed at its end."""
@@ -183,8 +175,12 @@ def ray_pool(session_pool_holder: dict[str, Any]) -> dict[str, Any]:
     and the next module starts new ones. They hold ``SESSION_POOL_CPUS`` of the cluster's
     CPUs for the whole session; the cluster has that many more than the 2 the tests'
     own pools and drivers count on."""
+    from fedsim.config import RuntimeConfig
+    from fedsim.runtime.pool_start import start_pool
+
     if "pool" not in session_pool_holder:
-        session_pool_holder["pool"] = start_session_pool()
+        runtime = RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5)
+        session_pool_holder["pool"] = start_pool(runtime)
     return session_pool_holder
 
 

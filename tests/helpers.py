@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +61,22 @@ def lent_ray_executor(sim: Any, held: dict[str, Any]) -> Any:
 
     runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
     executor = RayExecutor(runtime, sim.worker_spec, sim.data, pool=held.pop("pool"))
+    return hand_back_on_close(executor, lambda pool: held.__setitem__("pool", pool))
+
+
+def hand_back_on_close(executor: Any, keep: Callable[[Any], None]) -> Any:
+    """Make ``executor.close`` give its live actors to ``keep`` (``detach_pool``) before it
+    closes, instead of killing them; a pool that is closed or lost a worker is not kept."""
     close = executor.close
 
-    def hand_back() -> None:
+    def detach_then_close() -> None:
         try:
             with contextlib.suppress(RuntimeError):  # closed, or a worker is gone
-                held["pool"] = executor.detach_pool()
+                keep(executor.detach_pool())
         finally:
             close()
 
-    executor.close = hand_back
+    executor.close = detach_then_close
     return executor
 
 

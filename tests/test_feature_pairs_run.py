@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from allpairspy import AllPairs
-from helpers import invoke_cli, stderr_lines
+from helpers import hand_back_on_close, invoke_cli, stderr_lines
 from test_feature_pairs import FEATURES, PAIRS, SWITCHES
 
 from fedsim.algorithm_params import BUILTIN_NAMES
@@ -275,16 +275,7 @@ def run_row(row: list[str], out: Path, pools: list[Any], monkeypatch) -> Any:
 
     def keep_pool(runtime, spec, data, pool=None):
         executor = make_executor(runtime, spec, data, pool=pools.pop() if pools else None)
-        close = executor.close
-
-        def detach_then_close() -> None:
-            try:
-                pools.append(executor.detach_pool())
-            finally:
-                close()
-
-        executor.close = detach_then_close
-        return executor
+        return hand_back_on_close(executor, pools.append)
 
     if "ray" in row:
         monkeypatch.setattr(experiment, "make_executor", keep_pool)
