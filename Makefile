@@ -9,17 +9,23 @@ export NO_MKDOCS_2_WARNING ?= 1
 
 .PHONY: setup data demo test test-fast lint bench clean docs docs-ref docs-check
 
-# The install goes through uv (~60 s on 2 cores, against ~125 s for pip: the pinned torch is
+# The install goes through uv (~30 s on 2 cores, against ~125 s for pip: the pinned torch is
 # a CUDA build of ~6 GB), from the indexes, find-links and constraints pip is configured with
-# (.ci/uv_args_from_pip.py). It compiles the bytecode as pip does: where PYTHONDONTWRITEBYTECODE
-# is set (as on the test machines), every process would otherwise compile torch again at import.
-# `make setup INSTALLER=pip` installs with pip alone.
+# (.ci/uv_args_from_pip.py). `make setup INSTALLER=pip` installs with pip alone.
 INSTALLER ?= uv
 ifeq ($(INSTALLER),pip)
 INSTALL := $(PY) -m pip install -q
 else
-INSTALL = $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $$($(PY) .ci/uv_args_from_pip.py)
+INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) $$($(PY) .ci/uv_args_from_pip.py)
 endif
+
+# Bytecode is written the first time a module is imported, into .venv/ and the repository's
+# __pycache__/ folders (both ignored by git), even where PYTHONDONTWRITEBYTECODE is set (as on
+# the test machines). There, every process would otherwise compile again what it imports:
+# fedsim's own modules alone take ~0.4 s of each process, and the tests start ~100 (Ray
+# workers, command lines). Compiling the whole install up front instead (uv's
+# --compile-bytecode: ~20,000 modules, most never imported) costs ~30 s more of set-up.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml Makefile .ci/uv_args_from_pip.py
 	test -x $(PY) || python3 -m venv $(VENV)
