@@ -14,8 +14,8 @@ pair of values) is kept out of the array and tested on its own: one line naming 
 each, exit 2. ``test_the_rows_cover_every_pair`` recomputes the pairs and also checks that
 every pair of ``test_feature_pairs.PAIRS`` that is not refused ran in some row.
 
-The Ray rows share one pool of actors (started once, handed from run to run as a sweep of
-short runs does: ``RayExecutor.detach_pool``), on the session's ``ray_cluster``.
+The Ray rows run on the test process's lent pool of actors (conftest ``ray_pool``: handed
+from run to run as a sweep of short runs does, ``RayExecutor.detach_pool``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -255,18 +254,10 @@ def test_the_rows_cover_every_pair() -> None:
         assert any(both <= run for run in ran), f"{a} + {b} never ran"
 
 
-@pytest.fixture(scope="module")
-def ray_pool(request) -> Iterator[list[Any]]:
-    """Ray's actors, started by the first Ray row and handed on to the next (none yet: [])."""
-    pools: list[Any] = []
-    yield pools
-    for pool in pools:
-        pool.close()
-
-
-def run_row(row: list[str], out: Path, pools: list[Any], monkeypatch) -> Any:
-    """``run_experiment`` on the row's config; a Ray row takes the shared pool and gives it
-    back at the end (``RayExecutor.detach_pool``) instead of killing its actors."""
+def run_row(row: list[str], out: Path, held: dict[str, Any], monkeypatch) -> Any:
+    """``run_experiment`` on the row's config; a Ray row takes the lent pool from ``held``
+    (conftest ``ray_pool``) and gives it back at the end (``RayExecutor.detach_pool``)
+    instead of killing its actors."""
     import torch
 
     import fedsim.experiment as experiment
@@ -274,8 +265,8 @@ def run_row(row: list[str], out: Path, pools: list[Any], monkeypatch) -> Any:
     from fedsim.runtime.factory import make_executor
 
     def keep_pool(runtime, spec, data, pool=None):
-        executor = make_executor(runtime, spec, data, pool=pools.pop() if pools else None)
-        return hand_back_on_close(executor, pools.append)
+        executor = make_executor(runtime, spec, data, pool=held.pop("pool", None))
+        return hand_back_on_close(executor, lambda kept: held.__setitem__("pool", kept))
 
     if "ray" in row:
         monkeypatch.setattr(experiment, "make_executor", keep_pool)
@@ -355,12 +346,11 @@ ROW_CASES = [
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("row", ROW_CASES)
 def test_row_runs_with_finite_metrics_and_each_feature_acting(
-    row, tmp_path, request, monkeypatch, ray_pool
+    row, tmp_path, request, monkeypatch
 ) -> None:
-    if "ray" in row:
-        request.getfixturevalue("ray_cluster")
+    held = request.getfixturevalue("ray_pool") if "ray" in row else {}
     out = tmp_path / "run"
-    result = run_row(row, out, ray_pool, monkeypatch)
+    result = run_row(row, out, held, monkeypatch)
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert summary["status"] == "completed" and len(lines) == 2 == len(result.history)

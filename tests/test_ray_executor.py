@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import untimed, wait_until_gone
+from helpers import lent_ray_executor, untimed, wait_until_gone
 from ray import cloudpickle as ray_cloudpickle
 
 from fedsim.algorithms.fedavg import FedAvg
@@ -202,15 +202,12 @@ def assert_same_run(got, want) -> None:
 
 
 @pytest.fixture(scope="module")
-def pool(ray_cluster, sim):
-    """Two worker actors for the whole module (each costs seconds and ~0.5 GB to start)."""
-    # Half a CPU each (still one torch thread): a 1-worker pool fits next to it.
-    runtime = dataclasses.replace(sim.cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
-    executor = RayExecutor(runtime, sim.worker_spec, sim.data)
+def pool(ray_pool, sim):
+    """The session's lent worker actors (conftest ``ray_pool``: two at half a CPU each, still
+    one torch thread each) for the whole module: a 1-worker pool fits next to them."""
+    executor = lent_ray_executor(sim, ray_pool)
     yield executor
-    pids = [i["pid"] for i in executor.worker_info]
     executor.close()
-    assert wait_until_gone(pids, timeout=30.0) == []  # close() killed the actors
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +232,7 @@ def test_ray_pool_matches_local_executor_and_repeats(sim, pool, pooled_run):
         assert one.run_round(0, {"params": sim.initial_params}, []) == [WorkerResult()]
     finally:
         one.close()
+    assert wait_until_gone([one.worker_info[0]["pid"]], timeout=30.0) == []  # close() kills
     with pytest.raises(RuntimeError, match="closed"):
         one.run_round(0, {"params": sim.initial_params}, [GradientTask(client=0)])
     # 1 worker vs 2 workers vs in-process: same accuracy and aggregated parameters.
@@ -278,7 +276,7 @@ def test_worker_killed_mid_round_is_replaced_and_nothing_changes(sim, pool, pool
 
 @pytest.mark.slow
 def test_pool_that_cannot_be_placed_fails_clearly(sim, pool):
-    """The module pool holds 1 of the cluster's CPUs: a worker asking for all of them cannot
+    """The lent pool holds 1 of the cluster's CPUs: a worker asking for all of them cannot
     start; no silent hang."""
     import ray
 

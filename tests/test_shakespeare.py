@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_local_and_ray, untimed
 
 from fedsim.cli import main
+from fedsim.config import load_config
 from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import ImageDataset, load_dataset
 from fedsim.data.text import (
@@ -482,8 +484,11 @@ def test_the_real_plays_give_about_leafs_roles_and_samples():
 
 
 @pytest.mark.slow
-def test_one_round_on_shakespeare_through_ray(small_plays, tmp_path, ray_cluster):
-    out = tmp_path / "run"
-    args = [*RUN, "algorithm.name=fedper", "runtime.executor=ray", "runtime.workers=2"]
-    assert main(["run", "configs/quickstart.yaml", *args, "--out", str(out)]) == 0
-    _check_run(out)
+def test_one_round_on_shakespeare_through_ray_equals_local(small_plays, ray_pool):
+    """The plays' windows and the char-LSTM go to the Ray workers (the lent pool): FedPer's
+    round there equals the local executor's (``test_one_round_on_shakespeare_local`` runs the
+    command line)."""
+    cfg = load_config("configs/quickstart.yaml", [*RUN, "algorithm.name=fedper"])
+    local, on_ray = run_local_and_ray(cfg, ray_pool)
+    assert untimed(on_ray.history) == untimed(local.history)
+    assert torch.equal(on_ray.state["params"], local.state["params"])
