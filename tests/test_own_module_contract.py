@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import assert_same, untimed
+from helpers import assert_same, lent_ray_executor, untimed
 from test_algorithm_contract import BUILT_IN, CHEAPER, REQUIRED, tiny_dataset
 
 from fedsim.algorithms import ALGORITHMS
@@ -75,28 +75,23 @@ def plain_kind(algorithm: str) -> str:
     return "features" if "features" in ALGORITHMS[algorithm].model_needs else "plain"
 
 
-def run(cfg: Any, pool: Any = None) -> tuple[RunResult, Any]:
-    """The run on the local executor, or on the Ray pool ``pool`` (the pool handed back)."""
+def run(cfg: Any, held: dict[str, Any] | None = None) -> RunResult:
+    """The run on the local executor, or on the worker actors the ``ray_pool`` holder
+    ``held`` lends (handed back at the end: ``helpers.lent_ray_executor``)."""
     torch.set_num_threads(1)
     simulation = Simulation(cfg, build_data(cfg, tiny_dataset()))
-    if pool is None:
+    if held is None:
         simulation.worker_spec.num_threads = 1
-        with LocalExecutor(simulation.worker_spec, simulation.data) as executor:
-            return simulation.run(executor), None
-    from fedsim.runtime.ray_executor import RayExecutor
-
-    runtime = dataclasses.replace(cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
-    executor = RayExecutor(runtime, simulation.worker_spec, simulation.data, pool=pool)
-    try:
-        return simulation.run(executor), executor.detach_pool()
-    except BaseException:
-        executor.close()
-        raise
+        executor = LocalExecutor(simulation.worker_spec, simulation.data)
+    else:
+        executor = lent_ray_executor(simulation, held)
+    with executor:
+        return simulation.run(executor)
 
 
 @functools.cache
 def local_run(algorithm: str, kind: str) -> RunResult:
-    return run(config(algorithm, kind))[0]
+    return run(config(algorithm, kind))
 
 
 def final_params(result: RunResult) -> Any:
@@ -119,7 +114,7 @@ def test_plain_module_equals_the_built_in_model(algorithm: str) -> None:
 @pytest.mark.parametrize("algorithm", BUILT_IN)
 def test_plain_module_on_the_ray_pool_equals_the_local_executor(algorithm, ray_pool) -> None:
     cfg = config(algorithm, plain_kind(algorithm))
-    on_ray, ray_pool["pool"] = run(cfg, ray_pool.pop("pool"))
+    on_ray = run(cfg, ray_pool)
     assert untimed(on_ray.history) == untimed(local_run(algorithm, plain_kind(algorithm)).history)
 
 
@@ -134,8 +129,8 @@ def test_plain_module_on_the_ray_pool_equals_the_local_executor(algorithm, ray_p
 def test_terms_act_on_the_plain_module(algorithm: str, off: list[str], on: list[str]) -> None:
     """Ditto's pull, FedProx's proximal term and SCAFFOLD's control variates change the
     result of a plain module (not FedAvg under another name)."""
-    without = run(config(algorithm, "plain", *off))[0].history
-    with_terms = run(config(algorithm, "plain", *on))[0].history
+    without = run(config(algorithm, "plain", *off)).history
+    with_terms = run(config(algorithm, "plain", *on)).history
     assert without[-1]["loss"] != pytest.approx(with_terms[-1]["loss"], rel=1e-3)
 
 
