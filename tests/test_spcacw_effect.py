@@ -27,8 +27,9 @@ batched gradients): SP-CACW 0.769 / 0.855 / 0.855 / 0.803, Local-only 0.687 / 0.
 / 0.652 (at the final round alone SP-CACW wins 3 of 4: 0.792 vs 0.796 on seed 0); FedAvg
 0.24-0.33. Each target ends with all of its weight on its own cluster and exactly 0 on the 9
 other-cluster peers, in every seed.
-SP-CACW ~60 s on an idle core (8 rounds, 13 steps each, 2 x 12 gradients a step, L by HVPs
-every round), Local and FedAvg ~10 s each.
+SP-CACW ~30 s on an idle core (8 rounds, 13 steps each, 2 x 12 gradients a step, L by HVPs
+from round 4, the first whose steps reach T_start; ~42 s when L was estimated from round 0,
+with the same bits), Local and FedAvg ~10 s each.
 
 The faithful path (issue 26; ``FAITHFUL``): SP-CACW's defaults as the paper writes them
 (beta 1/t, T_start 1, the quadratic objective), on the independent check's setting

@@ -1,5 +1,6 @@
 """SP-CACW after issue 26: batched (vmap) stacked gradient tasks, ``L_history`` and
-``gamma=paper`` by hand, their bad values, and the split of the algorithm's files.
+``gamma=paper`` by hand, their bad values, when L is estimated, and the split of the
+algorithm's files.
 
 Unit tests need no data; the worker tests use the tiny mnist-5k federation of
 ``tests/test_spcacw.py`` (seconds each).
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 from helpers import federation
-from test_spcacw import simulation
+from test_spcacw import local_run, simulation
 
 from fedsim.algorithms.spcacw import SPCACW, SPCACWParams
 from fedsim.algorithms.spcacw_estimates import (
     TargetMoments,
     apply_step,
+    lipschitz_due,
     quadratic_and_linear,
     regularizer_weight,
 )
@@ -143,6 +145,33 @@ def test_the_step_with_a_scratch_buffer_and_a_given_gram_is_the_same():
         assert np.array_equal(np.asarray(other[key]), np.asarray(value)), key
     q, _ = quadratic_and_linear(algo.params, state, 0)
     assert np.allclose(q, q.T)
+
+
+# ------------------------------------------------------------------ when L is estimated
+
+
+def test_l_is_due_every_lipschitz_every_rounds_once_the_steps_reach_t_start():
+    """Two targets, 13 steps a round, T_start 60, every 2 rounds: a target's first estimate
+    comes in the round its steps reach 60, then in the even rounds."""
+    params = SPCACWParams(targets=[0, 1], T_start=60, lipschitz_every=2)
+    state = {"steps": np.array([0, 52]), "lipschitz": np.full(2, np.nan)}
+    assert lipschitz_due(params, state, 0, [13, 13]) == [1]  # 0 + 13 < 60 <= 52 + 13
+    state = {"steps": np.array([13, 65]), "lipschitz": np.array([np.nan, 5.0])}
+    assert lipschitz_due(params, state, 1, [13, 13]) == []  # odd round; target 0 at 26
+    assert lipschitz_due(params, state, 2, [13, 13]) == [1]
+    state = {"steps": np.array([52, 78]), "lipschitz": np.array([np.nan, 5.0])}
+    assert lipschitz_due(params, state, 3, [13, 13]) == [0]  # reaches 60 and has no L yet
+    assert lipschitz_due(params, state, 3, [7, 13]) == []  # 52 + 7 < 60: not yet
+
+
+def test_no_l_is_estimated_or_logged_before_the_round_that_reaches_t_start():
+    sim = simulation("algorithm.targets=0")
+    steps = -(-len(sim.federation.client_train_indices[0]) // 16)  # batches a round
+    late = local_run(simulation("algorithm.targets=0", f"algorithm.T_start={steps + 1}"))
+    first, second = late.history[0], late.history[1]
+    assert "lipschitz" not in first and first["variance_term"] == 0.0, first
+    assert second["lipschitz"] > 0 and second["variance_term"] > 0, second
+    assert local_run(sim).history[0]["lipschitz"] > 0  # T_start 1: from round 0
 
 
 def test_the_algorithm_files_stay_small():

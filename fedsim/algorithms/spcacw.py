@@ -37,7 +37,7 @@ Per target (every quantity below is the target's own):
   (after each round's pass, default) or ``step``. alpha starts one-hot on the target
   (Local) unless ``init=uniform``;
 - L: the top Hessian eigenvalue of the target's loss (HVP power iteration on its own train
-  data, a ``CurvatureTask``) every ``lipschitz_every`` rounds, or a fixed ``L``;
+  data, a ``CurvatureTask``; or a fixed ``L``) every ``lipschitz_every`` rounds from T_start;
 - partial participation p: peer i joins a step with probability p (z ~ Bernoulli(p)) and its
   gradient counts as g / p; an absent peer counts as a zero gradient that step. The target
   always has its own gradient.
@@ -84,6 +84,7 @@ from fedsim.algorithms.spcacw_estimates import (
     apply_step,
     beta_at,
     centred_update,
+    lipschitz_due,
     quadratic_and_linear,
     solve,
 )
@@ -202,7 +203,7 @@ class SPCACW(Algorithm):
         params, m = self.params, self.federation.num_clients
         eta = context.lr if params.lr is None else params.lr
         batches = [self.target_batches(context, client) for client in self.targets]
-        self.refresh_lipschitz(state, context)
+        self.refresh_lipschitz(state, context, [len(b) for b in batches])
         moments = [TargetMoments() for _ in self.targets]
         scratch = torch.empty(state["bias"].shape[1:])  # b~ of one target, every step
         losses: list[float] = []
@@ -321,26 +322,24 @@ class SPCACW(Algorithm):
         """(Q, c) of target k's objective (``spcacw_estimates.quadratic_and_linear``)."""
         return quadratic_and_linear(self.params, state, k)
 
-    def refresh_lipschitz(self, state: ServerState, context: ExchangeRound) -> None:
-        """L per target: the fixed ``L``, else an HVP estimate every ``lipschitz_every`` rounds."""
+    def refresh_lipschitz(self, state: ServerState, context: ExchangeRound, steps: list) -> None:
+        """L per target: the fixed ``L``, else HVP estimates (``lipschitz_due``)."""
         params = self.params
         if params.L is not None:
             state["lipschitz"][:] = params.L
             return
-        if context.round % params.lipschitz_every != 0 and np.isfinite(state["lipschitz"]).all():
-            return
         tasks = [
             CurvatureTask(
-                client=client,
+                client=self.targets[k],
                 params=state["models"][k],
                 iterations=params.lipschitz_iterations,
                 num_samples=params.lipschitz_samples or None,
-                indices=np.asarray(self.federation.client_train_indices[client]),
+                indices=np.asarray(self.federation.client_train_indices[self.targets[k]]),
                 tag=k,
             )
-            for k, client in enumerate(self.targets)
+            for k in lipschitz_due(params, state, context.round, steps)
         ]
-        for output in context.exchange(tasks, {}):
+        for output in context.exchange(tasks, {}) if tasks else ():
             state["lipschitz"][output.tag] = abs(float(output.eigenvalue))
 
     def figures(

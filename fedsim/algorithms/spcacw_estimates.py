@@ -136,6 +136,20 @@ def variance_matrix(state: ServerState, k: int) -> np.ndarray:
     return state["lipschitz"][k] * state["grad_gram"][k]
 
 
+def lipschitz_due(
+    params: SPCACWParams, state: ServerState, round_idx: int, steps: list[int]
+) -> list[int]:
+    """The targets whose L is estimated this round: every ``lipschitz_every`` rounds (or
+    while it has none), once this round's ``steps`` take the target to ``T_start``. Before,
+    no term has entered its objective and nothing reads L."""
+    due = round_idx % params.lipschitz_every == 0
+    return [
+        k
+        for k, taken in enumerate(state["steps"])
+        if (due or not math.isfinite(state["lipschitz"][k])) and taken + steps[k] >= params.T_start
+    ]
+
+
 def regularizer_weight(
     params: SPCACWParams, state: ServerState, k: int, moments: TargetMoments, eta: float
 ) -> float:

@@ -34,7 +34,12 @@ def round_report(
             bias_terms.append(float(np.diag(state["bias_gram"][k]) @ a) / n)
         else:
             bias_terms.append(float(a @ state["bias_gram"][k] @ a) / n)
-        variance_terms.append(float(a @ variance_matrix(state, k) @ a) / n)
+        if state["terms"][k]:  # L (maybe not estimated yet) only counts once terms do
+            variance_terms.append(float(a @ variance_matrix(state, k) @ a) / n)
+        else:
+            variance_terms.append(0.0)
+    estimated = state["lipschitz"][np.isfinite(state["lipschitz"])]  # from T_start's round
+    lipschitz = {"lipschitz": float(np.mean(estimated))} if len(estimated) else {}
     model_bytes = int(state["models"].shape[1]) * state["models"].element_size()
     summary: dict[str, Any] = {
         "train_loss": float(np.mean(losses)) if losses else float("nan"),
@@ -42,7 +47,7 @@ def round_report(
         "bytes_down": pairs * model_bytes,  # the target's model to each joining peer
         "bytes_up": pairs * model_bytes,  # each joining peer's gradient back
         "alpha_zero": float(np.mean((alpha == 0).sum(axis=1))),
-        "lipschitz": float(np.mean(state["lipschitz"])),
+        **lipschitz,
         "bias_term": float(np.mean(bias_terms)),
         "variance_term": float(np.mean(variance_terms)),
         "alpha": alpha.tolist(),
