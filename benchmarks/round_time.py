@@ -22,6 +22,7 @@ import statistics
 import ray
 
 from fedsim.config import load_config
+from fedsim.runtime.ray_cluster import use_private_ray_defaults
 from fedsim.runtime.ray_executor import RayExecutor
 from fedsim.simulation import Simulation
 
@@ -85,8 +86,7 @@ def main() -> None:
     parser.add_argument("--train-samples", type=int, default=4000)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     args = parser.parse_args()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_worker_niceness", "0")  # as RayExecutor does for its own Ray
+    use_private_ray_defaults()  # as RayExecutor does for its own Ray
     load = os.getloadavg()
     print(f"cores={os.cpu_count()} load average before: {load[0]:.2f} {load[1]:.2f}", flush=True)
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)

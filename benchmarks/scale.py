@@ -27,6 +27,7 @@ import psutil
 import ray
 
 from fedsim.config import load_config
+from fedsim.runtime.ray_cluster import use_private_ray_defaults
 from fedsim.runtime.ray_executor import RayExecutor
 from fedsim.simulation import Simulation
 
@@ -143,8 +144,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--state-memory-gb", type=float, default=0.5)
     args = parser.parse_args()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_worker_niceness", "0")  # as RayExecutor does for its own Ray
+    use_private_ray_defaults()  # as RayExecutor does for its own Ray
     load = os.getloadavg()
     print(f"cores={os.cpu_count()} load average before: {load[0]:.2f} {load[1]:.2f}", flush=True)
     ray.init(

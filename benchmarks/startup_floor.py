@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from fedsim.runtime.ray_cluster import PRIVATE_RAY_ENVIRONMENT
+
 PROBE = r"""
 import importlib, sys, time
 began = float(sys.argv[1])
@@ -47,7 +49,7 @@ ray.shutdown()
 
 def floor(workers: int, module: str = "pytorch_lightning") -> dict[str, float]:
     """One measurement in a fresh process: {ray_up_s, actors_ready_s, actor_import_s}."""
-    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    env = {**PRIVATE_RAY_ENVIRONMENT, **os.environ}  # the settings of fedsim's own Ray
     began = time.time()
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(began), str(os.cpu_count() or 1), str(workers), module],

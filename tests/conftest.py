@@ -131,11 +131,10 @@ def ray_cluster() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        saved = with_environ(
-            {
-                "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),  # loopback only
-                "RAY_worker_niceness": "0",  # not starved by other users' processes
-            }
+        from fedsim.runtime.ray_cluster import PRIVATE_RAY_ENVIRONMENT, restore_environment
+
+        saved = with_environ(  # as fedsim starts its own Ray (``PRIVATE_RAY_ENVIRONMENT``)
+            {name: os.environ.get(name, value) for name, value in PRIVATE_RAY_ENVIRONMENT.items()}
         )
         try:
             ray.init(
@@ -146,8 +145,6 @@ def ray_cluster() -> Iterator[Any]:
                 logging_level=logging.WARNING,
             )
         finally:
-            from fedsim.runtime.ray_cluster import restore_environment
-
             restore_environment(saved)
     try:
         yield ray

@@ -26,6 +26,10 @@ from fedsim.runtime.ray_reaper import local_ray_pids, start_reaper
 
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
 PROBE_INTERVAL_S = 0.25  # between knocks on a port that refuses (a cluster may be starting)
+# How a private local Ray is started (unless the environment says otherwise): it listens on
+# loopback only, so no token auth files; workers at normal priority, as they are the job
+# (Ray's default nice 15 starves them on a busy machine).
+PRIVATE_RAY_ENVIRONMENT = {"RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
 
 
 def join_or_start_ray(
@@ -52,10 +56,7 @@ def join_or_start_ray(
     if address and address != "local":
         connect_ray(address, connect_timeout_s, key=key, **job)
         return True
-    # A private cluster on loopback: no token auth files (docs/architecture.md). Workers at normal
-    # priority: they are the job (Ray's default nice 15 starves them on a busy machine).
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    use_private_ray_defaults()
     ray.init(
         address="local",  # a new cluster, even if another one runs on this machine
         num_cpus=num_cpus,
@@ -65,6 +66,12 @@ def join_or_start_ray(
     )
     start_reaper(local_ray_pids())
     return True
+
+
+def use_private_ray_defaults() -> None:
+    """Put ``PRIVATE_RAY_ENVIRONMENT`` into this process's environment, where not set."""
+    for name, value in PRIVATE_RAY_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
 
 
 def connect_ray(address: str, timeout_s: float, key: str = "runtime.address", **init) -> None:
