@@ -80,6 +80,23 @@ def hand_back_on_close(executor: Any, keep: Callable[[Any], None]) -> Any:
     return executor
 
 
+def lend_pool_to_runs(monkeypatch: Any, held: dict[str, Any]) -> None:
+    """Make ``run_experiment`` (so an in-process ``fedsim run``, ``fedsim.cli.main``) on Ray
+    take the worker actors ``held`` lends (conftest ``ray_pool``) and hand them back at the
+    end, instead of starting and killing its own; a CLI run then builds its executor when
+    the simulation is built (no early start). Without a lent pool it starts its own."""
+    import fedsim.cli as cli
+    import fedsim.experiment as experiment
+    from fedsim.runtime.factory import make_executor
+
+    def borrow(runtime: Any, spec: Any, data: Any, pool: Any = None) -> Any:
+        executor = make_executor(runtime, spec, data, pool=held.pop("pool", None))
+        return hand_back_on_close(executor, lambda kept: held.__setitem__("pool", kept))
+
+    monkeypatch.setattr(experiment, "make_executor", borrow)
+    monkeypatch.setattr(cli, "start_early", lambda cfg, resume=False: None)
+
+
 def run_local_and_ray(cfg: Any, held: dict[str, Any]) -> tuple[Any, Any]:
     """Run ``cfg`` on the local executor, then on the worker actors the ``ray_pool``
     fixture's holder ``held`` lends (``lent_ray_executor``); the two ``RunResult`` s."""

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from allpairspy import AllPairs
-from helpers import hand_back_on_close, invoke_cli, stderr_lines
+from helpers import invoke_cli, lend_pool_to_runs, stderr_lines
 from test_feature_pairs import FEATURES, PAIRS, SWITCHES
 
 from fedsim.algorithm_params import BUILTIN_NAMES
@@ -262,14 +262,9 @@ def run_row(row: list[str], out: Path, held: dict[str, Any], monkeypatch) -> Any
 
     import fedsim.experiment as experiment
     from fedsim.config import load_config
-    from fedsim.runtime.factory import make_executor
-
-    def keep_pool(runtime, spec, data, pool=None):
-        executor = make_executor(runtime, spec, data, pool=held.pop("pool", None))
-        return hand_back_on_close(executor, lambda kept: held.__setitem__("pool", kept))
 
     if "ray" in row:
-        monkeypatch.setattr(experiment, "make_executor", keep_pool)
+        lend_pool_to_runs(monkeypatch, held)
     torch.set_num_threads(1)
     cfg = load_config(None, options(row))
     return experiment.run_experiment(cfg, out, progress=False, report=False)

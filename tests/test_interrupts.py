@@ -17,8 +17,9 @@ The Ray run that gets SIGINT starts its own Ray, and no process it started (GCS,
 worker actors) remains after it exits; the others join the session's shared cluster
 (``RAY_ADDRESS``, as a job on a cluster would), so no further Ray starts. The uninterrupted
 run and the printed resume command run in this process (``fedsim.cli.main`` with the
-command's arguments; the shared cluster for Ray): the same computation as a new process's,
-without another ~7 s of imports each.
+command's arguments; for Ray on the worker actors the session lends, ``ray_pool``): the
+same computation as a new process's, without another ~7 s of imports each (a Ray pool
+equals the in-process executor to the bit, whatever its size).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import stderr_lines, untimed, wait_until_gone
+from helpers import lend_pool_to_runs, stderr_lines, untimed, wait_until_gone
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
@@ -113,8 +114,8 @@ def assert_same_run(got: Path, want: Path) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Any:
     """One uninterrupted run per executor, made the first time a case asks for it: in this
-    process (``fedsim.cli.main``, the shared cluster for Ray), which saves a process start
-    (~5-20 s of imports) and is the same computation as the command line's."""
+    process (``fedsim.cli.main``; for Ray on the lent actors the case set up), which saves a
+    process start (~5-20 s of imports) and is the same computation as the command line's."""
     runs: dict[str, Path] = {}
 
     def run(executor: str) -> Path:
@@ -140,10 +141,12 @@ CASES = [  # (executor, signal, whether the run starts its own Ray)
 
 @pytest.mark.parametrize(("executor", "signum", "own_ray"), CASES)
 def test_interrupted_run_says_how_to_resume_and_resumes_to_the_bit(
-    executor, signum, own_ray, uninterrupted, request, tmp_path
+    executor, signum, own_ray, uninterrupted, request, monkeypatch, tmp_path
 ):
     # the resume and the uninterrupted run join the shared cluster: no further Ray starts
     env = environment(request.getfixturevalue("ray_address") if executor == "ray" else None)
+    if executor == "ray":  # and borrow its lent actors: no further actor starts either
+        lend_pool_to_runs(monkeypatch, request.getfixturevalue("ray_pool"))
     out = tmp_path / "run"
     proc = subprocess.Popen(argv(executor, out), cwd=REPO, env=environment(None) if own_ray
                             else env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
