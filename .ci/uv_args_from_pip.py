@@ -2,9 +2,10 @@
 
 `make setup` installs with uv: on the 2-core test machine it installs the dev environment
 in ~30 s (bytecode is written at first import: Makefile) where pip takes ~125 s (the
-pinned torch is a CUDA build, ~6 GB unpacked). uv does not read pip's configuration (pip.conf, PIP_* variables), so the index,
-extra indexes, find-links folders and constraint files pip would use are handed to it here:
-both install the same releases from the same places. Where pip has none configured, nothing
+pinned torch is a CUDA build, ~6 GB unpacked). uv does not read pip's configuration
+(pip.conf, PIP_* variables), so the index, extra indexes, find-links folders and constraint
+files pip would use are handed to it here: both install the same releases from the same
+places. Where pip has none configured, nothing
 is printed but pip's own resolution rule (the best match across all indexes).
 """
 

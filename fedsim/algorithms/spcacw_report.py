@@ -34,10 +34,9 @@ def round_report(
             bias_terms.append(float(np.diag(state["bias_gram"][k]) @ a) / n)
         else:
             bias_terms.append(float(a @ state["bias_gram"][k] @ a) / n)
-        if state["terms"][k]:  # L (maybe not estimated yet) only counts once terms do
-            variance_terms.append(float(a @ variance_matrix(state, k) @ a) / n)
-        else:
-            variance_terms.append(0.0)
+        # no term yet: 0, whether or not L has been estimated (lipschitz_due)
+        variance = float(a @ variance_matrix(state, k) @ a) / n if state["terms"][k] else 0.0
+        variance_terms.append(variance)
     estimated = state["lipschitz"][np.isfinite(state["lipschitz"])]  # from T_start's round
     lipschitz = {"lipschitz": float(np.mean(estimated))} if len(estimated) else {}
     model_bytes = int(state["models"].shape[1]) * state["models"].element_size()
