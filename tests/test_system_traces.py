@@ -340,7 +340,7 @@ def test_a_bad_trace_is_one_line_naming_key_and_path(
     ("nowhere.csv", None, "no such file"),
     ("trace.json", b"{}", "unknown extension '.json'"),
     ("broken.pkl", b"\x80\x04not a pickle at all", "not a readable pickle"),
-    ("text.pkl", b"device,start,end\n", "not a readable pickle"),
+    ("text.pkl", b"device,start,end\n", "is text, not a pickle"),
     ("latin1.csv", "device,start,end\n\xe9,0,1\n".encode("latin-1"), "cannot read the file"),
 ])  # fmt: skip
 def test_unreadable_files_are_one_line(tmp_path, name, content, fragment):

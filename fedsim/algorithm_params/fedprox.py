@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedsim.algorithm_params.base import configured_name
 from fedsim.algorithm_params.fedavg import FedAvgParams
 from fedsim.checks import checked
 from fedsim.errors import ConfigError
@@ -25,7 +26,9 @@ class FedProxParams(FedAvgParams):
         super().__post_init__()
         if self.mu is None:
             raise ConfigError(
-                "algorithm.mu", None, "required for fedprox: set algorithm.mu (0.01 is common)"
+                "algorithm.mu",
+                None,
+                f"required for {configured_name('fedprox')}: set algorithm.mu (0.01 is common)",
             )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.algorithm_params import params_class
+from fedsim.algorithm_params.base import configuring
 from fedsim.checks import field_check, field_group
 from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
@@ -36,7 +37,7 @@ def _type_name(tp: Any) -> str:
     return names.get(tp, str(tp))
 
 
-_EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _coerce(key: str, value: Any, tp: Any) -> Any:
@@ -47,7 +48,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return None
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _coerce(key, value, inner[0])
-    if tp is float and isinstance(value, str) and _EXPONENT_NUMBER.match(value):
+    if tp is float and isinstance(value, str) and EXPONENT_NUMBER.match(value):
         value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; YAML 1.2 as a number
     ok = {
         bool: isinstance(value, bool),
@@ -133,7 +134,8 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
             "only with runtime.executor=ray (the local executor runs one worker, in this "
             "process): leave it null",
         )
-    params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
+    with configuring(name):  # errors of a subclass's inherited keys name the subclass
+        params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
     resolve_optimizer_keys(cfg)
     check_effective(cfg)

@@ -8,9 +8,7 @@ String labels become ids (sorted names; the map goes to partition.json); a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +18,17 @@ import numpy as np
 
 from fedsim.data import hf_cache
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
+from fedsim.data.hf_columns import (
+    arrow_column,
+    group_values,
+    label_ids,
+    numeric_columns,
+    vector_column,
+)
 from fedsim.data.hf_images import pil_array, stack_images
+from fedsim.data.hf_open import open_split, with_test_split
 from fedsim.data.names import HF_PREFIX
 from fedsim.errors import ConfigError
-
-_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 
 
 @dataclass(frozen=True)
@@ -97,10 +101,10 @@ def load_hf(source: HFSource, cache_root: str | None = None) -> HFData:
         if (hit := hf_cache.read(entry)) is not None:
             return HFData(*hit, entry)
     with tempfile.TemporaryDirectory(prefix="fedsim-hf-") as cache:
-        table = _open_split(source, cache)
+        table = open_split(source, cache)
         train_rows = None
         if source.test_split is not None:  # the data's own test rows, after the train rows
-            table, train_rows = _with_test_split(source, table, cache)
+            table, train_rows = with_test_split(source, table, cache)
         if cache_root is not None and not local:  # a Hub split: datasets' own fingerprint
             key = hf_cache.cache_key(source, getattr(table, "_fingerprint", None))
             entry = hf_cache.cache_path(cache_root, key)
@@ -121,24 +125,6 @@ def accept(data: Any) -> None:
         hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
 
 
-def _with_test_split(source: HFSource, table: Any, cache: str) -> tuple[Any, int]:
-    """``table`` followed by the rows of ``data.test_split`` (one conversion, so string
-    labels map to the same ids), and where those rows start."""
-    import datasets
-
-    if source.test_split == source.split:
-        raise ConfigError("data.test_split", source.test_split, "is data.split: pick another")
-    test = _open_split(
-        dataclasses.replace(source, split=source.test_split), cache, "data.test_split"
-    )
-    if test.features != table.features:
-        raise ConfigError(
-            "data.test_split", source.test_split, f"has other columns or types than "
-            f"data.split={source.split}: the two splits must share one schema",
-        )  # fmt: skip
-    return datasets.concatenate_datasets([table, test]), len(table)
-
-
 def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
     """(dataset, each row's ``data.partition.by`` value, partition.json's record) of an
     Arrow table: the slow part that the cache saves."""
@@ -148,7 +134,14 @@ def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, d
     else:
         labels, label_names = _labels(source, table)
         dataset = _inputs(source, table, labels, len(label_names))
-    groups = None if source.by is None else np.asarray(table[source.by], dtype=object)
+    if source.resize is not None and not isinstance(dataset, ImageDataset):
+        kind = "text" if _is_text(table.features[source.input_columns[0]], source) else "tabular"
+        raise ConfigError(
+            "data.resize", source.resize, f"acts only on images, and data.input_column="
+            f"{','.join(source.input_columns)} holds {kind} rows: nothing would read it; "
+            "remove it",
+        )  # fmt: skip
+    groups = None if source.by is None else group_values(table, source.by)
     info: dict[str, Any] = {
         "source": source.name,
         "split": source.split,
@@ -195,57 +188,6 @@ def _first_not_char(values: list[Any]) -> Any:
     return next((v for v in values if not (isinstance(v, str) and len(v) == 1)), None)
 
 
-def _hub_unreachable(source: HFSource, reason: str) -> ConfigError:
-    return ConfigError(
-        "data.name",
-        source.name,
-        f"{source.path} is not a local path, and this machine cannot reach the Hugging Face Hub "
-        f"({reason}): load it where the Hub is reachable, save it with datasets' save_to_disk "
-        "(or as parquet) and pass that local path, data.name=hf:/path/to/folder",
-    )
-
-
-def _open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
-    """The ``data.split`` split of a local folder or file (or, online only, a Hub id)."""
-    import datasets
-
-    datasets.disable_progress_bars()
-    path = source.path
-    if not path.exists():
-        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no"):
-            raise _hub_unreachable(source, "HF_HUB_OFFLINE is set")
-        try:  # online: datasets' own cache, so a second run does not download again
-            loaded = datasets.load_dataset(source.name[len(HF_PREFIX) :])
-        except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
-            raise _hub_unreachable(source, type(error).__name__) from None
-    elif path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
-        loaded = datasets.load_from_disk(str(path))
-    elif path.is_file() and path.suffix in _FILE_BUILDERS:
-        builder = _FILE_BUILDERS[path.suffix]
-        loaded = datasets.load_dataset(builder, data_files=str(path), cache_dir=cache)
-    elif path.is_dir():
-        try:
-            loaded = datasets.load_dataset(str(path), cache_dir=cache)
-        except Exception as error:  # noqa: BLE001
-            raise ConfigError(
-                "data.name", source.name, f"datasets cannot read that folder "
-                f"({type(error).__name__}); allowed: a save_to_disk folder, or parquet, CSV "
-                "or JSON files",
-            ) from None  # fmt: skip
-    else:
-        raise ConfigError(
-            "data.name", source.name,
-            f"allowed: a save_to_disk folder, or a {', '.join(_FILE_BUILDERS)} file or folder",
-        )  # fmt: skip
-    if isinstance(loaded, datasets.Dataset):
-        if source.split != "train":
-            raise ConfigError(key, source.split, "that data has one split, train")
-        return loaded
-    if source.split not in loaded:
-        raise ConfigError(key, source.split, f"allowed: {', '.join(loaded)}")
-    return loaded[source.split]
-
-
 def _check_columns(source: HFSource, columns: list[str]) -> None:
     listed = f"no such column; the columns are: {', '.join(columns)}"
     for column in source.input_columns:
@@ -268,9 +210,13 @@ def _labels(source: HFSource, table: Any) -> tuple[np.ndarray, list[str]]:
     import datasets
 
     feature = table.features[source.label_column]
-    values = list(table[source.label_column])
     if isinstance(feature, datasets.ClassLabel):
-        return np.asarray(values, dtype=np.int64), list(feature.names)
+        ids = arrow_column(table, source.label_column).to_numpy(zero_copy_only=False)
+        return np.asarray(ids, dtype=np.int64), list(feature.names)
+    read = label_ids(table, source.label_column)  # column-wise: booleans, strings, numbers
+    if read is not None:
+        return read
+    values = list(table[source.label_column])
     not_classes = ConfigError(
         "data.label_column",
         source.label_column,
@@ -312,6 +258,10 @@ def _inputs(source: HFSource, table: Any, labels: np.ndarray, num_classes: int) 
         images = stack_images(source, [pil_array(img) for img in table[columns[0]]])
         return ImageDataset(name, images, labels, num_classes)
     arrays = isinstance(feature, (datasets.List, datasets.Sequence))
+    vectors = arrays and isinstance(getattr(feature, "feature", None), datasets.Value)
+    if len(columns) == 1 and vectors:
+        rows = vector_column(table, columns[0])  # 1-D arrays of numbers, column-wise
+        return TabularDataset(name, _numeric(source, columns[0], rows), labels, num_classes)
     if len(columns) == 1 and (arrays or type(feature).__name__.startswith("Array")):
         rows = [np.asarray(v) for v in table[columns[0]]]
         if rows and rows[0].ndim >= 2:
@@ -324,7 +274,7 @@ def _inputs(source: HFSource, table: Any, labels: np.ndarray, num_classes: int) 
                 "data.input_column", column, f"is {value}, not numeric: allowed: an image "
                 "column, a column of arrays, or numeric columns (tabular)",
             )  # fmt: skip
-    rows = np.stack([np.asarray(table[c], dtype=np.float64) for c in columns], axis=1)
+    rows = numeric_columns(table, columns)  # column-wise from Arrow
     return TabularDataset(name, _numeric(source, ",".join(columns), rows), labels, num_classes)
 
 

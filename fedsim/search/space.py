@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from fedsim.config import apply_overrides, config_from_dict
+from fedsim.config.build import EXPONENT_NUMBER
 from fedsim.errors import ConfigError
 
 SPACE_KINDS = ("loguniform", "uniform", "randint", "choice", "grid")
@@ -71,6 +72,14 @@ class Space:
         return list(self.args)
 
 
+def _number(value: Any) -> Any:
+    """``1e-3`` as the number a config reads it as (YAML 1.1, which PyYAML speaks, reads an
+    exponent without a dot as text; a config's values go through the same rule)."""
+    if isinstance(value, str) and EXPONENT_NUMBER.match(value):
+        return float(value)
+    return value
+
+
 def parse_space(text: str) -> Space:
     """``key=loguniform(10,2000)`` -> Space (raises ConfigError naming the search)."""
     key, sep, spec = text.partition("=")
@@ -79,7 +88,7 @@ def parse_space(text: str) -> Space:
         raise ConfigError("--search", text, _USAGE)
     kind, inner = match.group(1), match.group(2)
     try:
-        args = yaml.safe_load(f"[{inner}]")
+        args = [_number(a) for a in yaml.safe_load(f"[{inner}]")]
     except yaml.YAMLError:
         raise ConfigError("--search", text, "arguments are not valid values") from None
     if kind in ("loguniform", "uniform", "randint"):

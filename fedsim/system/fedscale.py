@@ -44,6 +44,10 @@ def load_plain_pickle(path: str, key: str) -> Any:
             data = file.read()
     except OSError as err:
         raise ConfigError(key, path, f"cannot read the file ({err.strerror})") from None
+    text = _csv_text(data)
+    if text is not None:  # unpickled, its first letter would be read as an opcode
+        raise ConfigError(key, path, f"is text, not a pickle (its first line: {text!r}): a CSV "
+                          "trace is read by its name, so give it a .csv suffix")  # fmt: skip
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except _NamesAClass as err:
@@ -52,6 +56,19 @@ def load_plain_pickle(path: str, key: str) -> Any:
     except Exception as err:  # noqa: BLE001 - a truncated or foreign file fails in many ways
         raise ConfigError(key, path, f"not a readable pickle ({type(err).__name__}: {err}); "
                           "expected a FedScale trace pickle or a .csv file") from None  # fmt: skip
+
+
+def _csv_text(data: bytes) -> str | None:
+    """The first line of ``data`` when it reads as a line of comma-separated text (a CSV file
+    under a pickle's name), else None. Pickles of protocol 2 and later start with 0x80."""
+    if data[:1] == b"\x80":
+        return None
+    first = data[:4096].split(b"\n", 1)[0].rstrip(b"\r")
+    try:
+        line = first.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return line if "," in line and line.isprintable() else None
 
 
 def _clients(data: Any, key: str, path: str, layout: str) -> list[tuple[Any, dict]]:
