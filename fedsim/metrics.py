@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,8 @@ def summarize_clients(
 UNSEEN_PREFIX = "unseen/"  # held-out clients' accuracies (eval.holdout_clients)
 GLOBAL_PREFIX = "global/"  # the global model's (eval.model=both)
 GAP_KEY = "participation_gap"  # acc_weighted of the training clients minus the held-out ones'
+VAL_PREFIX = "val/"  # the same models on the clients' validation splits (eval.validation_ratio)
+VAL_KEY = VAL_PREFIX + "acc_weighted"  # what "best" is selected on when a run has it
 
 
 def evaluation_summary(
@@ -63,21 +66,50 @@ def evaluation_summary(
     return out
 
 
-def best_and_final(history: list[dict]) -> dict[str, dict]:
-    """``{"best": ..., "final": ...}`` over evaluated rounds; best by ``acc_weighted``
-    (with the held-out clients' and the global model's accuracies of those rounds)."""
+def best_and_final(history: list[dict]) -> dict[str, Any]:
+    """``{"best": ..., "final": ..., "selected_on": ...}`` over evaluated rounds (with the
+    held-out clients', the global model's and the validation split's numbers of those rounds).
+
+    "best" is the round with the highest validation ``acc_weighted`` when every evaluated
+    round has one (``eval.validation_ratio``), reported with its test numbers, and then
+    ``best_on_test`` is the round a selection on test would pick (optimistic: test data chose
+    it); without validation "best" is the highest test ``acc_weighted``. Ties: the earlier
+    round. ``selected_on`` says which: ``validation`` or ``test``."""
     evaluated = [h for h in history if "acc_weighted" in h]
+    validated = bool(evaluated) and all(VAL_KEY in h for h in evaluated)
+    selected_on = "validation" if validated else "test"
     if not evaluated:
-        return {"best": {}, "final": {}}
+        return {"best": {}, "final": {}, "selected_on": selected_on}
     extra = [
-        k for k in evaluated[-1] if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX))
+        k
+        for k in evaluated[-1]
+        if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX, VAL_PREFIX))
     ]
     pick = ("round", *SUMMARY_KEYS, *extra)
-    best = max(evaluated, key=lambda h: (h["acc_weighted"], -h["round"]))
-    return {
-        "best": {k: best[k] for k in pick if k in best},
-        "final": {k: evaluated[-1][k] for k in pick},
+
+    def best_by(key: str) -> dict:
+        best = max(evaluated, key=lambda h: (h[key], -h["round"]))
+        return {k: best[k] for k in pick if k in best}
+
+    out: dict[str, Any] = {
+        "best": best_by(VAL_KEY if validated else "acc_weighted"),
+        "final": {k: evaluated[-1][k] for k in pick if k in evaluated[-1]},
+        "selected_on": selected_on,
     }
+    if validated:
+        out["best_on_test"] = best_by("acc_weighted")
+    return out
+
+
+def cost_summary(flops: list[int], peak_bytes: list[int]) -> dict[str, float]:
+    """A round's cost per trained client (``eval.count_flops``): mean FLOPs of local training
+    (``flops_per_client``) and, measured on a GPU, the largest peak memory in MiB."""
+    out: dict[str, float] = {}
+    if flops:
+        out["flops_per_client"] = float(np.mean(flops))
+    if peak_bytes:
+        out["peak_memory_mib"] = float(max(peak_bytes)) / 2**20
+    return out
 
 
 def time_to_accuracy(history: list[dict], targets: list[float]) -> dict[str, dict]:

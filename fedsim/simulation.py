@@ -25,6 +25,7 @@ from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.data.holdout import hold_out
+from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
@@ -165,6 +166,8 @@ class Simulation:
     def __init__(self, cfg: ExperimentConfig, data: FederatedData | None = None):
         self.cfg = cfg
         self.data = data if data is not None else build_data(cfg)
+        # eval.validation_ratio: each client's validation split, out of its train split
+        self.data = carve_validation(self.data, cfg.eval.validation_ratio, cfg.seed)
         # eval.holdout_clients: the federation is the rest; held-out clients follow it
         held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
         self.data = hold_out(self.data, held, cfg.seed)
@@ -218,6 +221,7 @@ class Simulation:
             eval_model=cfg.eval.model,
             eval_after_training=cfg.eval.when == "after_training",
             finetune_epochs=cfg.eval.finetune_epochs,
+            count_flops=cfg.eval.count_flops,
         )
 
     def model_bytes(self) -> np.ndarray:

@@ -31,6 +31,7 @@ DISPATCH_TAG = 0xA5C  # who fills a free slot (buffered rounds)
 SPEED_TAG = 0x5BEED  # the clients' speeds (system.speeds)
 DROPOUT_TAG = 0x0D0F  # a dispatched client dropping out
 HOLDOUT_TAG = 0x4E3C  # which clients are held out (eval.holdout_clients)
+VALIDATION_TAG = 0x7A1D  # each client's validation split (eval.validation_ratio)
 NETWORK_TAG = 0xBA4D  # the clients' network slowdowns (system.network_speeds)
 AVAILABILITY_TAG = 0xA7A1  # who is online when a synchronous round samples (system.availability)
 TRACE_MAP_TAG = 0x7ACE  # which trace entry each client takes (device / availability trace)
@@ -80,6 +81,7 @@ STREAMS = _streams(
     ("clustered", "fedsim.data.heterogeneity", "numpy", ("seed", CLUSTERED_TAG)),
     ("max_samples", "fedsim.data.federated", "numpy", (0, MAX_SAMPLES_TAG)),
     ("holdout", "fedsim.data.holdout", "numpy", ("seed", HOLDOUT_TAG)),
+    ("validation", "fedsim.data.validation", "numpy", ("seed", VALIDATION_TAG)),
     ("trace_map", "fedsim.system.traces", "numpy", ("seed", TRACE_MAP_TAG, "trace")),
     ("model_init", "fedsim.simulation", "torch-raw", ("seed",)),
     ("cohort", "fedsim.rounds.system_clock", "numpy", ("seed", "round", COHORT_TAG, "attempt")),

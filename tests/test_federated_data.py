@@ -56,8 +56,8 @@ def test_sizes_and_class_counts(fed: FederatedData, dataset: ImageDataset) -> No
         fed.train_sizes().dtype == np.int64
         and fed.train_sizes().sum() + fed.test_sizes().sum() == 5000
     )
-    with pytest.raises(ValueError, match="split='val'"):
-        fed.class_counts("val")
+    with pytest.raises(ValueError, match="split='validation'"):
+        fed.class_counts("validation")
 
 
 def test_batch_normalized(fed: FederatedData, dataset: ImageDataset) -> None:

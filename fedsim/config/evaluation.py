@@ -7,6 +7,10 @@ round reports ``unseen/acc_*`` and ``participation_gap`` beside the usual accura
 a client receives (PFLlib), or on the one it keeps after the round's local training
 (FL-bench). ``target_acc``: accuracies whose first evaluated round (and its ``sim_time``,
 where the run has a clock) summary.json reports: rounds and time to accuracy.
+``validation_ratio``: a share of each client's train split, drawn by the seed and kept out of
+training, judged with the same model at the same moment as its test split; "best" in
+summary.json is then the round best on validation, reported on test. ``count_flops``: each
+client's local training counted in FLOPs (and, on a GPU, its peak memory).
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ class EvalConfig:
         allowed="a list of accuracies in (0, 1]",
         factory=list,
     )
+    # a share of each client's train split held out as its validation split (0: none)
+    validation_ratio: float = checked(
+        0.0, lambda v: v == 0 or 0 < v < 1, "must be 0 (no validation split) or in (0, 1)"
+    )
+    count_flops: bool = False  # FLOPs (and GPU peak memory) of each client's local training
 
 
 def holdout_count(value: float, num_clients: int) -> int:

@@ -13,20 +13,22 @@ from fedsim.data.datasets import Dataset
 from fedsim.errors import ConfigError
 from fedsim.streams import MAX_SAMPLES_TAG
 
-SPLITS = ("train", "test", "all")
+SPLITS = ("train", "test", "val", "all")
 
 
 @dataclass(frozen=True)
 class ClientSplit:
-    """One client's data: int64 indices into the shared dataset."""
+    """One client's data: int64 indices into the shared dataset (``val``: its validation
+    split, carved from its training data by ``eval.validation_ratio``; empty without)."""
 
     train: np.ndarray
     test: np.ndarray
+    val: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def all(self) -> np.ndarray:
-        """Train and test indices together."""
-        return np.concatenate([self.train, self.test])
+        """Train, test and validation indices together."""
+        return np.concatenate([self.train, self.test, self.val])
 
 
 @dataclass
@@ -95,7 +97,7 @@ class FederatedData:
         return np.array([len(c.test) for c in clients], dtype=np.int64)
 
     def class_counts(self, split: str = "train", newcomers: bool = False) -> np.ndarray:
-        """Samples per client and class, shape (num_clients, num_classes); split train/test/all
+        """Samples per client and class, shape (num_clients, num_classes); split train/test/val/all
         (``newcomers``: held-out clients' rows after them)."""
         if split not in SPLITS:
             raise ValueError(f"split={split!r}: allowed: {', '.join(SPLITS)}")
@@ -117,7 +119,9 @@ class FederatedData:
         train_counts = self.class_counts("train", newcomers=True)
         test_counts = self.class_counts("test", newcomers=True)
         train, test = self.train_sizes(newcomers=True), self.test_sizes(newcomers=True)
-        classes_held = ((train_counts + test_counts) > 0).sum(axis=1)
+        val_counts = self.class_counts("val", newcomers=True)
+        classes_held = ((train_counts + test_counts + val_counts) > 0).sum(axis=1)
+        validated = any(len(c.val) for c in self.everyone)  # eval.validation_ratio > 0
         clients = [
             {
                 "client": i,
@@ -125,10 +129,12 @@ class FederatedData:
                 "test": int(test[i]),
                 "train_class_counts": train_counts[i].tolist(),
                 "test_class_counts": test_counts[i].tolist(),
+                **({"val": int(val_counts[i].sum()),
+                    "val_class_counts": val_counts[i].tolist()} if validated else {}),
                 **({"held_out": True} if i >= self.num_clients else {}),
             }
             for i in range(len(train))
-        ]
+        ]  # fmt: skip
 
         def stat(values: np.ndarray, reduce: Any) -> float:
             return float(reduce(values)) if len(values) else 0.0

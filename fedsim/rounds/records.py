@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import ClientFailureError
-from fedsim.metrics import evaluation_summary
+from fedsim.metrics import VAL_PREFIX, cost_summary, evaluation_summary
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.tracking.base import ClientRow, RoundRecord
 
@@ -60,6 +60,9 @@ def divergence_error(
     )
 
 
+EVAL_FIELDS = ("correct", "num_samples", "loss_sum")  # an EvalResult's, in summary order
+
+
 def round_summary(
     results: list[ClientResult],
     worker_results: list[WorkerResult],
@@ -80,6 +83,13 @@ def round_summary(
                 *global_columns(evaluated),
             )
         )
+        valid = [c for c in evaluated if c.validation is not None]  # eval.validation_ratio
+        if valid and len(valid) == len(evaluated):
+            on_val = [c.validation for c in valid]
+            counts = [np.array([getattr(v, k) for v in on_val]) for k in EVAL_FIELDS]
+            held = np.array([c.held_out for c in valid])
+            val = evaluation_summary(*counts, held)
+            summary.update({VAL_PREFIX + k: v for k, v in val.items()})
     after = sum(c.after_training for c in evaluated)
     if after:  # eval.when=after_training: how many were judged on the model they kept
         summary["evaluated_after_training"] = after
@@ -87,6 +97,9 @@ def round_summary(
     if losses:
         summary["train_loss"] = float(np.mean(losses))
     summary["num_trained"] = sum(c.train_loss is not None for c in results) - len(failed)
+    trained = [c for c in results if c.flops is not None and not c.failed]  # eval.count_flops
+    peaks = [c.peak_memory for c in trained if c.peak_memory is not None]
+    summary.update(cost_summary([c.flops for c in trained if c.flops is not None], peaks))
     logged: dict[str, list[float]] = {}  # the module's self.log values, per trained client
     for c in results:
         if not c.failed:
@@ -140,6 +153,11 @@ def round_record(
             global_accuracy=None
             if c.global_evaluation is None
             else c.global_evaluation.correct / max(c.global_evaluation.num_samples, 1),
+            val_accuracy=None
+            if c.validation is None
+            else c.validation.correct / max(c.validation.num_samples, 1),
+            flops=c.flops,
+            peak_memory_mib=None if c.peak_memory is None else c.peak_memory / 2**20,
         )
         for c in results
         if c.evaluation is not None

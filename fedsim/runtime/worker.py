@@ -33,6 +33,8 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.run_plan import LearningRate, LocalEpochs, OptimizerSettings
+from fedsim.runtime.client_eval import evaluate_client_models
+from fedsim.runtime.flops import CostMeter
 from fedsim.runtime.gradient_work import curvature, gradient, vmappable
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.probe import WorkerProbe
@@ -75,6 +77,7 @@ class WorkerSpec:
     eval_model: str = "personal"  # eval.model: personal | global | both
     eval_after_training: bool = False  # eval.when=after_training: a trained client's kept model
     finetune_epochs: int = 1  # eval.finetune_epochs: a held-out client's adaptation
+    count_flops: bool = False  # eval.count_flops: each client's training FLOPs
 
 
 @dataclass
@@ -109,6 +112,9 @@ class ClientResult:
     held_out: bool = False  # a held-out client's evaluation (eval.holdout_clients)
     global_evaluation: EvalResult | None = None  # eval.model=both: the global model's
     after_training: bool = False  # evaluated on the model it keeps (eval.when=after_training)
+    validation: EvalResult | None = None  # eval.validation_ratio: the same model's on val
+    flops: int | None = None  # eval.count_flops: its local training's (extra passes too)
+    peak_memory: int | None = None  # eval.count_flops on a GPU: its training's peak, bytes
 
 
 @dataclass
@@ -141,6 +147,7 @@ class ClientWorker:
         self.algorithm = spec.algorithm
         self.class_counts = data.class_counts("train", newcomers=True)
         self.train_sizes = data.train_sizes(newcomers=True)
+        self.meter = CostMeter(spec.count_flops, self.device)  # eval.count_flops
 
     def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> WorkerResult:
         """Run each task in order; client tasks reduce into one partial aggregate."""
@@ -207,13 +214,14 @@ class ClientWorker:
         eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
         in_place = None  # the parameters evaluation left in the module
         if task.evaluate and not (task.train and self.spec.eval_after_training):
-            in_place = self._evaluate_client(out, broadcast, eval_params, split.test)
+            in_place = evaluate_client_models(self, out, broadcast, eval_params, split)
         if not task.train:
             return out
         began = time.perf_counter()
         if in_place is not plan.train_params:
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
-        trained = self._main_pass(round_idx, task, plan)
+        with self.meter.count(out):
+            trained = self._main_pass(round_idx, task, plan)
         plan.optimizer_state = trained.optimizer_state
         out.logged = trained.logged
         out.train_loss = trained.mean_loss
@@ -221,7 +229,7 @@ class ClientWorker:
         if not trained.finite or not all_finite(self.flat):
             out.failed = True  # left out of the aggregate; its state stays as before
             if task.evaluate and self.spec.eval_after_training:  # it keeps what it received
-                self._evaluate_client(out, broadcast, eval_params, split.test)
+                evaluate_client_models(self, out, broadcast, eval_params, split)
             return out
         uploaded = self._trained_params()
         if plan.frozen:  # float buffers (BatchNorm statistics) of the frozen part too
@@ -232,7 +240,8 @@ class ClientWorker:
             uploaded, out.upload = run_client_steps(
                 job, plan.train_params, uploaded, round_idx, task.client
             )
-        update = self.algorithm.client_finish(plan, uploaded, task.state, info)
+        with self.meter.count(out):  # the algorithm's own passes
+            update = self.algorithm.client_finish(plan, uploaded, task.state, info)
         # what labelled extra passes recorded (Ditto's personal pass), beside the main pass's
         out.logged = {**out.logged, **getattr(info.probe, "logged", {})}
         out.train_seconds = time.perf_counter() - began  # with the algorithm's own passes
@@ -244,32 +253,9 @@ class ClientWorker:
         self._add_update(out, update, job, sums)
         if task.evaluate and self.spec.eval_after_training:
             kept = self.algorithm.kept_params(plan, trained_model, update, info)
-            self._evaluate_client(out, broadcast, kept, split.test)
+            evaluate_client_models(self, out, broadcast, kept, split)
             out.after_training = True
         return out
-
-    def _evaluate_client(
-        self,
-        out: ClientResult,
-        broadcast: dict[str, Any],
-        params: torch.Tensor,
-        test: np.ndarray,
-    ) -> torch.Tensor:
-        """``out``'s evaluation of ``params`` (eval.model: and/or the global model's) on the
-        client's ``test`` split; returns the parameters left in the module."""
-        began = time.perf_counter()
-        model = self.spec.eval_model
-        in_place = params
-        if model != "personal":  # first: the personal model's stay in place for training
-            in_place = self.algorithm.global_params(broadcast)
-            out.global_evaluation = self._evaluate(in_place, test)
-        if model != "global":
-            out.evaluation = self._evaluate(params, test)
-            in_place = params
-        else:
-            out.evaluation, out.global_evaluation = out.global_evaluation, None
-        out.eval_seconds += time.perf_counter() - began
-        return in_place
 
     def _serve_newcomer(
         self, broadcast: dict[str, Any], task: ClientTask, info: ClientInfo
@@ -281,7 +267,10 @@ class ClientWorker:
             broadcast, task.payload, info, self.spec.finetune_epochs
         )
         out = ClientResult(client=task.client, held_out=True)
-        out.evaluation = self._evaluate(params, self.data.split(task.client).test)
+        split = self.data.split(task.client)
+        out.evaluation = self._evaluate(params, split.test)
+        if len(split.val):  # eval.validation_ratio: the same model on its validation split
+            out.validation = self._evaluate(params, split.val)
         out.eval_seconds = time.perf_counter() - began
         return out
 

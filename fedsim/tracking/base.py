@@ -19,6 +19,9 @@ class ClientRow:
     attacked: bool | None = None  # an attacker (attack.kind set; None: no attack configured)
     held_out: bool | None = None  # never trained (eval.holdout_clients set; else None)
     global_accuracy: float | None = None  # the global model's (eval.model=both; else None)
+    val_accuracy: float | None = None  # on its validation split (eval.validation_ratio > 0)
+    flops: int | None = None  # its local training's FLOPs this round (eval.count_flops)
+    peak_memory_mib: float | None = None  # its training's peak GPU memory (eval.count_flops)
     # what the module logged with self.log in training_step (mean over the client's steps);
     # clients.csv writes each as a column train/<name>
     train: dict[str, float] | None = None

@@ -36,6 +36,11 @@ class FileSink(Sink):
             fields.remove("held_out")  # in runs with held-out clients only
         if evaluation.get("model", "personal") != "both":
             fields.remove("global_accuracy")  # in runs that evaluate both models only
+        if not evaluation.get("validation_ratio"):
+            fields.remove("val_accuracy")  # in runs with a validation split only
+        if not evaluation.get("count_flops"):  # in runs that count them only
+            fields.remove("flops")
+            fields.remove("peak_memory_mib")  # (measured on a GPU; empty on a CPU)
         self._fields = fields
         self._writer = None  # the header waits for the first round: it names what was logged
 

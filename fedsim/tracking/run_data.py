@@ -66,6 +66,9 @@ CLIENT_COLUMNS: dict[str, Any] = {
     "attacked": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with an attack only
     "held_out": lambda text: {"True": 1.0, "False": 0.0}[text],  # runs with held-out clients
     "global_accuracy": float,  # runs with eval.model=both
+    "val_accuracy": float,  # runs with eval.validation_ratio > 0
+    "flops": float,  # runs with eval.count_flops
+    "peak_memory_mib": float,  # runs with eval.count_flops (on a GPU)
 }  # and train/<name>: what the module logged (numbers)
 
 

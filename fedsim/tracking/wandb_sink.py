@@ -286,9 +286,10 @@ class WandbSink(Sink):
         self._finished = True
 
     def _finish(self, summary: dict[str, Any]) -> None:
-        for which in ("best", "final"):
+        for which in ("best", "final", "best_on_test"):  # best_on_test: runs with validation
             for key, value in (summary.get(which) or {}).items():
                 self.run.summary[f"{which}/{key}"] = value
+        self.run.summary["selected_on"] = summary.get("selected_on", "test")  # best's selection
 
     def _log_leftovers(self) -> None:
         wandb = self._wandb
