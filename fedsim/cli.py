@@ -36,18 +36,21 @@ EXTRA_COLUMNS = ("unseen/acc_weighted", "participation_gap", "global/acc_weighte
 
 
 def summary_table(summary: dict, title: str) -> Table:
-    """A run's best and final rounds (``fedsim run`` at the end, ``fedsim report``); a value
-    that is not a number (a summary.json edited by hand) shows as ``-``."""
-    table = Table(title=title)
+    """A run's best and final rounds (``fedsim run`` at the end, ``fedsim report``), one
+    metric a row so the table stays within 80 columns whatever the run logged (held-out and
+    global figures add rows, not columns); a value that is not a number (a summary.json
+    edited by hand) shows as ``-``."""
+    table = Table(title=title, min_width=min(len(title), 78))
     final = summary.get("final") if isinstance(summary.get("final"), dict) else {}
     columns = (*SUMMARY_COLUMNS, *(k for k in EXTRA_COLUMNS if k in final))
-    for col in ("", "round", *columns):
-        table.add_column(col, justify="right")
-    for which in ("best", "final"):
-        row = summary.get(which)
-        if isinstance(row, dict) and row:
-            cells = (_number(row.get(k)) for k in columns)
-            table.add_row(which, str(row.get("round", "-")), *cells)
+    rows = [w for w in ("best", "final") if isinstance(summary.get(w), dict) and summary[w]]
+    table.add_column("")
+    for which in rows:
+        table.add_column(which, justify="right")
+    if rows:
+        table.add_row("round", *(str(summary[w].get("round", "-")) for w in rows))
+        for key in columns:
+            table.add_row(key, *(_number(summary[w].get(key)) for w in rows))
     return table
 
 

@@ -3,8 +3,10 @@ search parser reads numbers as a config does (point 17)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +45,99 @@ def test_17_exponent_numbers_are_numbers_in_a_search(text, args):
     space = parse_space(text)
     assert space == Space("client.lr", space.kind, args)
     assert all(isinstance(a, float) for a in space.args)
+
+
+# --- point 1: switching a choice on the command line replaces its group ----------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_fedper(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The README's fedper.yaml, and the overrides of its "any key can be changed" example."""
+    from tests.docs_snippets import blocks
+
+    block = next(b for b in blocks(README) if b.title == "fedper.yaml")
+    path = tmp_path / "fedper.yaml"
+    path.write_text(block.text)
+    example = re.search(r"`fedsim run fedper\.yaml ([^`]+)`", README.read_text()).group(1)
+    return path, example.split()
+
+
+def test_1_the_readmes_algorithm_switch_runs_as_written(tmp_path, capsys):
+    path, overrides = _readme_fedper(tmp_path)
+    assert overrides == ["algorithm.name=ditto"]
+    cfg = load_config(path, overrides)
+    assert cfg.algorithm.name == "ditto" and cfg.data.partition.alpha == 0.1
+    note = capsys.readouterr().err
+    assert note.count("\n") == 1 and "algorithm.personal_layers=1 is dropped" in note
+
+
+def test_1_keys_for_the_new_choice_on_the_command_line_apply(tmp_path, capsys):
+    path, _ = _readme_fedper(tmp_path)
+    cfg = load_config(path, ["algorithm.name=ditto", "algorithm.mu=0.5"])
+    assert cfg.algorithm.params.mu == 0.5
+    capsys.readouterr()
+    cfg = load_config(path, ["algorithm.name=fedper", "algorithm.personal_layers=2"])
+    assert cfg.algorithm.params.personal_layers == 2
+    assert "dropped" not in capsys.readouterr().err  # the same choice drops nothing
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "switch", "dropped"),
+    [
+        ("data:\n  partition: {name: pathological, classes_per_client: 3}\n",
+         "data.partition.name=iid", "data.partition.classes_per_client=3"),
+        ("model: {name: mlp, hidden: [16]}\n", "model.name=fedavg_cnn", "model.hidden=[16]"),
+        ("compression: {kind: topk, fraction: 0.1}\n", "compression.kind=none",
+         "compression.fraction=0.1"),
+        ("client: {optimizer: sgd, momentum: 0.9}\n", "client.optimizer=adam",
+         "client.momentum=0.9"),
+    ],
+)  # fmt: skip
+def test_1_every_choice_drops_the_previous_choices_keys(tmp_path, capsys, yaml_text, switch,
+                                                       dropped):  # fmt: skip
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    load_config(path, [switch])  # refused before: the dropped key acts only with the old choice
+    assert f"{dropped} is dropped" in capsys.readouterr().err
+
+
+def test_1_an_unknown_algorithm_key_names_the_algorithm_it_belongs_to(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm: {name: ditto, personal_layers: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert "unknown key: a key of fedper" in text and "not of ditto" in text
+    assert "personal_epochs?" not in text  # no "did you mean" among ditto's keys
+
+
+def test_6_the_summary_table_is_whole_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    from fedsim.cli import EXTRA_COLUMNS, SUMMARY_COLUMNS, summary_table
+
+    row = {k: 0.123456 + i for i, k in enumerate((*SUMMARY_COLUMNS, *EXTRA_COLUMNS))}
+    summary = {"best": {"round": 17, **row}, "final": {"round": 20, **row}}
+    out = io.StringIO()
+    Console(file=out, width=80).print(summary_table(summary, "holdout: ditto on mnist-5k"))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for i, key in enumerate((*SUMMARY_COLUMNS, *EXTRA_COLUMNS)):
+        assert key in text and f"{0.123456 + i:.4f}" in text
+
+
+def test_19_pfllibs_ditto_curve_is_its_personalized_evaluations():
+    from benchmarks.pfllib_reference.run_pfllib import curves
+
+    personal = [0.1 + 0.04 * r for r in range(21)]  # rises to 0.9
+    global_ = [0.5 + 0.4 * (r == 17) for r in range(21)]  # one high global round
+    interleaved = [v for pair in zip(global_, personal, strict=True) for v in pair]
+    record = curves("Ditto", interleaved)
+    assert record["acc"] == personal and record["global_acc"] == global_
+    assert record["final"] == personal[-1] and record["best_round"] == 20
+    assert record["n_evals"] == 42 and "extra_evals_after_training" not in record
+    fedrep = curves("FedRep", personal)  # one evaluation a round: read as it is
+    assert fedrep["acc"] == personal and "global_acc" not in fedrep

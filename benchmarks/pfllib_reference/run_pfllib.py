@@ -25,7 +25,8 @@ there). Reads PFLlib's ``../results/<dataset>_<algo>_<goal>_0.h5``; appends one 
 to ``--record``: the command, ``acc`` (the 21 evaluations: index i = after i rounds of
 training, PFLlib evaluates before training), ``best`` (PFLlib's printed "Best accuracy"),
 ``best_round``, ``final`` and, for FedBABU, ``extra_evals_after_training`` (its fine-tuned
-evaluation).
+evaluation). Ditto's file interleaves the global and the personalized evaluation of every
+round: its ``acc`` is the personalized one, ``global_acc`` the other (``curves``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ HERE = Path(__file__).resolve().parent
 FIXED = ["-gr", "20", "-dev", "cpu", "-nc", "20", "-jr", "1", "-eg", "1", "-ls", "1",
          "-lbs", "10", "-lr", "0.005"]  # fmt: skip
 HARNESS = {"FedNova", "FedAvgH"}
+# PFLlib servers that log the global and the personalized evaluation into rs_test_acc
+TWO_EVALUATIONS_A_ROUND = {"Ditto"}
 
 
 def launch(argv: list[str]) -> None:
@@ -82,6 +85,26 @@ def launch(argv: list[str]) -> None:
         models.FedAvgCNN = FedAvgCNNBN
     sys.argv = list(argv)
     runpy.run_path(argv[0], run_name="__main__")
+
+
+def curves(algorithm: str, acc: list[float], rounds: int = 20) -> dict:
+    """The record's ``acc``, ``best``, ``best_round``, ``final``... from PFLlib's
+    ``rs_test_acc``: one evaluation before each of rounds 0..``rounds`` (after 0..rounds
+    rounds of training). PFLlib's Ditto appends two per round to that one list, the global
+    model's then the personalized models' (``evaluate()``, then ``evaluate_personalized()``):
+    its curve is every second entry, and the global one is kept as ``global_acc``."""
+    import numpy as np
+
+    record: dict = {"n_evals": len(acc)}
+    if algorithm in TWO_EVALUATIONS_A_ROUND:
+        acc, record["global_acc"] = acc[1::2], acc[0::2]
+    record["acc"] = acc
+    curve = acc[: rounds + 1]
+    best = int(np.argmax(curve))
+    record.update(best=curve[best], best_round=best, final=curve[-1])
+    if len(acc) > rounds + 1:  # FedBABU: the evaluation after its final fine-tune
+        record["extra_evals_after_training"] = acc[rounds + 1 :]
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,15 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         with h5py.File(h5, "r") as f:
             acc = np.array(f["rs_test_acc"]).tolist()
             record["train_loss"] = np.array(f["rs_train_loss"]).tolist()
-        record["acc"] = acc
-        curve = acc[:21]  # evaluations before rounds 0..20 = after 0..20 rounds of training
-        best = int(np.argmax(curve))
-        record.update(best=curve[best], best_round=best, final=curve[-1], n_evals=len(acc))
-        if len(acc) > 21:
-            record["extra_evals_after_training"] = acc[21:]
+        record.update(curves(args.algorithm, acc))
     with open(args.record, "a") as f:
         f.write(json.dumps(record) + "\n")
-    print(json.dumps({k: v for k, v in record.items() if k not in ("acc", "train_loss")}))
+    curves_out = ("acc", "global_acc", "train_loss")
+    print(json.dumps({k: v for k, v in record.items() if k not in curves_out}))
     return rc
 
 

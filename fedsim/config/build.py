@@ -24,7 +24,7 @@ from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.sections import AlgorithmConfig
-from fedsim.config.suggest import closest_key
+from fedsim.config.suggest import closest_key, foreign_algorithm_key
 from fedsim.config.system import move_old_keys
 from fedsim.errors import ConfigError
 
@@ -78,7 +78,11 @@ def unknown_key(cls: type, also_allowed: tuple[str, ...] = (), given: str = "") 
         groups.setdefault(field_group(cls, f.name), []).append(f.name)
     near = closest_key(given, [f.name for f in dataclasses.fields(cls)] + list(also_allowed))
     own = sorted([*groups.pop("", []), *also_allowed])
-    text = "unknown key" + (f", did you mean {near}?" if near else "")
+    foreign = foreign_algorithm_key(given)  # personal_layers for ditto: FedPer's, say so
+    if near and near.rpartition(".")[0] != given.rpartition(".")[0]:
+        foreign = None  # algorithm.lr: client.lr, a key of another section, is nearer
+    suggestion = f": {foreign}" if foreign else f", did you mean {near}?" if near else ""
+    text = "unknown key" + suggestion
     text += f" (allowed: {', '.join(own)}"
     for group, names in groups.items():
         text += f"; {group.split(' (')[0]}: {', '.join(sorted(names))}"

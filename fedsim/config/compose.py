@@ -10,9 +10,11 @@ validation and one-line errors stay (``build.py``).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
+from fedsim.config.choices import switch_choices
 from fedsim.config.yaml_io import apply_overrides, check_not_a_loop, read_yaml_mapping
 from fedsim.errors import ConfigError
 
@@ -86,9 +88,13 @@ def resolve_interpolations(raw: dict[str, Any]) -> dict[str, Any]:
 
 def load_raw(path: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The config as a plain nested dict: the file (with its bases), the overrides on top,
-    interpolations resolved. Not yet validated."""
+    interpolations resolved. Not yet validated. An override that switches a choice
+    (``algorithm.name=ditto``) first drops the file's keys of the previous one
+    (``choices.py``), with a note on stderr."""
     raw = {} if path is None else read_composed(path)
     given = [o for o in overrides or [] if o.split("=", 1)[0].strip() == "base"]
     if given:
         raise ConfigError("base", given[0].partition("=")[2], "only in a config file")
+    for note in switch_choices(raw, overrides or []):
+        print(f"fedsim: note: {note}", file=sys.stderr)
     return resolve_interpolations(apply_overrides(raw, overrides or []))

@@ -39,3 +39,24 @@ def closest_key(given: str, section: list[str]) -> str | None:
         return f"{prefix}.{near[0]}" if prefix else near[0]
     elsewhere = [k for k in _experiment_keys() if k.rpartition(".")[2] == name and k != given]
     return elsewhere[0] if len(elsewhere) == 1 else None
+
+
+def foreign_algorithm_key(given: str) -> str | None:
+    """For ``algorithm.<key>`` unknown to the algorithm being configured but a key of other
+    built-in algorithms: ``a key of fedper, not of ditto``; else None."""
+    from fedsim.algorithm_params import PARAMS
+    from fedsim.algorithm_params.base import configured_name
+
+    prefix, _, name = given.rpartition(".")
+    current = configured_name("")
+    if prefix != "algorithm" or not current:
+        return None
+    owners = sorted(
+        n
+        for n, p in PARAMS.items()
+        if n != current and name in {f.name for f in dataclasses.fields(p)}
+    )
+    if not owners:
+        return None
+    shown = ", ".join(owners[:4]) + (f" and {len(owners) - 4} more" if len(owners) > 4 else "")
+    return f"a key of {shown}, not of {current}"
