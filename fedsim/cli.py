@@ -4,6 +4,7 @@
                                  [--print-config]
   fedsim keys [SECTION]          algorithms, models, datasets; a section's or algorithm's keys
   fedsim report RUN_DIR ...      redraw a run folder's plots
+  fedsim compare PATH ...        runs or reproduce folders side by side, over seeds
   fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
   fedsim tune --resume DIR       continue an interrupted search
 
@@ -28,11 +29,13 @@ from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
 from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
+from fedsim.search.compare_command import add_compare_command
 from fedsim.search.options import add_arguments as add_tune_arguments
 
 SUMMARY_COLUMNS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
 # shown when the run has them: held-out clients' accuracy and the gap, the global model's
-EXTRA_COLUMNS = ("unseen/acc_weighted", "participation_gap", "global/acc_weighted")
+EXTRA_COLUMNS = ("unseen/acc_weighted", "participation_gap", "global/acc_weighted",
+                 "val/acc_weighted")  # and the validation split's (eval.validation_ratio)
 
 
 def summary_table(summary: dict, title: str) -> Table:
@@ -43,10 +46,12 @@ def summary_table(summary: dict, title: str) -> Table:
     table = Table(title=title, min_width=min(len(title), 78))
     final = summary.get("final") if isinstance(summary.get("final"), dict) else {}
     columns = (*SUMMARY_COLUMNS, *(k for k in EXTRA_COLUMNS if k in final))
-    rows = [w for w in ("best", "final") if isinstance(summary.get(w), dict) and summary[w]]
+    whole = ("best", "best_on_test", "final")  # best_on_test: runs with validation only
+    rows = [w for w in whole if isinstance(summary.get(w), dict) and summary[w]]
     table.add_column("")
+    heads = {"best": f"best ({summary.get('selected_on', 'test')})", "best_on_test": "best (test)"}
     for which in rows:
-        table.add_column(which, justify="right")
+        table.add_column(heads.get(which, which), justify="right")
     if rows:
         table.add_row("round", *(str(summary[w].get("round", "-")) for w in rows))
         for key in columns:
@@ -91,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(check_experiment(cfg))
         return 0
-    early = start_early(cfg, resume=args.resume)  # Ray starts while torch imports
+    early = start_early(cfg, resume=args.resume)  # every check, then (on Ray) Ray's start
     from fedsim.experiment import RunInterrupted, run_experiment
 
     try:
@@ -103,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             simulation=early.simulation if early else None,
             pool=early.pool if early else None,
+            executor_choice=early.choice if early else None,
         )
     except RunInterrupted as stop:
         print(f"fedsim: {stop.describe(resume_command(args, stop))}", file=sys.stderr)
@@ -293,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_tune_arguments(tune)
     tune.set_defaults(func=cmd_tune)
+    add_compare_command(sub)  # fedsim compare (fedsim/search/compare_command.py)
     return parser
 
 

@@ -16,7 +16,11 @@ without oversubscribing it. Connects to ``--address`` / ``RAY_ADDRESS``, else st
 Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run),
 ``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
 ``mean ± std`` over seeds: the sample std of ``fedsim.search.stats``, as in every results
-table; with one seed the std is nan and the table shows the mean alone). On a multi-node
+table; with one seed the std is nan and the table shows the mean alone; "best" says what it
+was selected on), followed by ``fedsim compare``'s tables of the same runs (also in
+``compare.md``, ``compare.csv`` and ``plots/``): 95 % intervals, FLOPs and bytes per client
+round, and, against each ``--reference`` method (default: FedAvg and Local where the runs
+have one), clients hurt and paired differences with a paired t test. On a multi-node
 cluster ``--out`` and ``data.root`` must be paths every node shares. Runs with
 ``tracking.wandb.enabled=true`` share one W&B group (``tracking.wandb.group`` or
 ``reproduce-<time>``) and carry ``config_file`` and ``seed`` as top-level W&B config keys.
@@ -37,6 +41,8 @@ from typing import Any
 from fedsim.config import config_from_dict, load_config
 from fedsim.errors import ConfigError
 from fedsim.plugins import config_plugin_paths
+from fedsim.search.compare import Method, load_methods
+from fedsim.search.compare_table import write_comparison
 from fedsim.search.resources import check_fits, trial_bundles, trial_executor_for, trial_runtime
 from fedsim.search.space import with_values
 from fedsim.search.stats import format_mean_std, mean_std
@@ -127,9 +133,17 @@ def aggregate(specs: list[RunSpec], summaries: list[dict[str, Any] | None]) -> l
     return rows
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """Accuracy in percent as ``mean ± std`` (the mean alone for one seed)."""
-    heads = [f"{which} {key}" for which, key in COLUMNS]
+def selection(summaries: list[dict[str, Any] | None]) -> str:
+    """What the runs' "best" was selected on: validation, test, or both (mixed runs)."""
+    chosen = {s.get("selected_on", "test") for s in summaries if s}
+    return " or ".join(sorted(chosen)) or "test"
+
+
+def markdown_table(rows: list[dict], selected_on: str = "test") -> str:
+    """Accuracy in percent as ``mean ± std`` (the mean alone for one seed); the best
+    round's header says what it was ``selected_on``."""
+    heads = [f"{which} {key}" + (f" (selected on {selected_on})" if which == "best" else "")
+             for which, key in COLUMNS]  # fmt: skip
     lines = [
         "| config | seeds | " + " | ".join(heads) + " |",
         "|---|---:|" + "---:|" * len(heads),
@@ -143,10 +157,20 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_references(methods: list[Method]) -> list[str]:
+    """FedAvg and Local, where exactly one method of the runs has that algorithm."""
+    return [a for a in ("fedavg", "local") if [m.algorithm for m in methods].count(a) == 1]
+
+
 def write_results(
-    out: Path, specs: list[RunSpec], summaries: list[dict | None], errors: list[str | None]
+    out: Path,
+    specs: list[RunSpec],
+    summaries: list[dict | None],
+    errors: list[str | None],
+    references: list[str] | None = None,
 ) -> list[dict]:
-    """runs.csv, results.csv and results.md in ``out``; returns the per-config rows."""
+    """runs.csv, results.csv and results.md (with ``fedsim compare``'s tables of the runs
+    that finished, against ``references``) in ``out``; returns the per-config rows."""
     with open(out / "runs.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "run_dir", "error"])
@@ -158,7 +182,17 @@ def write_results(
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "results.md").write_text(markdown_table(rows))
+    text = markdown_table(rows, selection(summaries))
+    done = [spec.run_dir for spec, summary in zip(specs, summaries, strict=True) if summary]
+    if done:
+        try:  # a bad --reference must not lose the runs' own table
+            methods = load_methods(done)
+            refs = default_references(methods) if references is None else references
+            write_comparison(methods, refs, out)
+            text += "\n" + (out / "compare.md").read_text()
+        except ConfigError as err:
+            print(f"reproduce: no comparison: {err}", file=sys.stderr)
+    (out / "results.md").write_text(text)
     return rows
 
 
@@ -170,6 +204,7 @@ def reproduce(
     *,
     address: str | None = None,
     trial_executor: str = "auto",
+    references: list[str] | None = None,
 ) -> ReproduceOutcome:
     """Run every (config, seed) on Ray; write the tables; return rows and per-run errors."""
     if not configs:
@@ -234,7 +269,7 @@ def reproduce(
                 pass
         if started:
             ray.shutdown()
-    rows = write_results(out_dir, specs, summaries, errors)
+    rows = write_results(out_dir, specs, summaries, errors, references)
     return ReproduceOutcome(rows=rows, errors=errors, out_dir=out_dir)
 
 
@@ -246,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output folder (default runs/reproduce-T)")
     parser.add_argument("--address", default=None, help="Ray cluster (default RAY_ADDRESS)")
     parser.add_argument("--trial-executor", default="auto", help="auto | local | ray (per run)")
+    parser.add_argument("--reference", action="append", default=None, metavar="NAME",
+                        help="method to count clients hurt and paired differences against "
+                        "(repeatable; default fedavg and local where present)")  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     configs = [item for item in args.items if "=" not in item]
     overrides = [item for item in args.items if "=" in item]
@@ -257,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             address=args.address,
             trial_executor=args.trial_executor,
+            references=args.reference,
         )
     except ConfigError as err:
         print(f"reproduce: error: {err}", file=sys.stderr)
         return 2
-    print(markdown_table(outcome.rows), end="")
+    print((outcome.out_dir / "results.md").read_text(), end="")
     print(f"tables: {outcome.out_dir / 'results.md'}, {outcome.out_dir / 'results.csv'}")
     return 1 if any(outcome.errors) else 0
 

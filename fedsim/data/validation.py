@@ -60,9 +60,7 @@ def carve_validation(data: FederatedData, ratio: float, seed: int) -> FederatedD
         "seed": seed,
         "from": "each client's train split" + (", its end in order" if ordered else ""),
     }
-    return dataclasses.replace(
-        data, clients=clients, newcomers=newcomers, partition=partition
-    )
+    return dataclasses.replace(data, clients=clients, newcomers=newcomers, partition=partition)
 
 
 __all__ = ["ClientSplit", "carve_validation", "validation_size"]

@@ -1,4 +1,6 @@
-"""Mean ± std over seeds: the one function behind every results table (README, results.csv).
+"""Mean ± std over seeds: the one function behind every results table (README, results.csv);
+the 95 % t interval of a mean, and paired differences between methods run on the same seeds
+with their interval and a paired t test (``fedsim compare``).
 
 The std is the sample std (ddof 1, as ``statistics.stdev``): seeds are a sample of the runs one
 could make. With a single value it is undefined (nan) and a table cell shows the mean alone.
@@ -34,3 +36,45 @@ def format_mean_std(mean: float, std: float, scale: float = 100.0, digits: int =
 def mean_std_cell(values: Iterable[float], scale: float = 100.0, digits: int = 2) -> str:
     """A table cell of ``values``: ``format_mean_std`` of ``mean_std(scale * values)``."""
     return format_mean_std(*mean_std(scale * v for v in values), scale=1.0, digits=digits)
+
+
+def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of the mean of the finite ``values``: mean ± t *
+    std / sqrt(n), t the Student quantile with n - 1 degrees of freedom (scipy); (nan, nan)
+    with fewer than two values."""
+    from scipy import stats
+
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if len(finite) < 2:
+        return math.nan, math.nan
+    mean, std = mean_std(finite)
+    half = float(stats.t.ppf(0.5 + level / 2, len(finite) - 1)) * std / math.sqrt(len(finite))
+    return mean - half, mean + half
+
+
+PAIRED_TEST = "paired t test (scipy.stats.ttest_rel, two-sided)"
+
+
+def paired_difference(
+    a: Iterable[float], b: Iterable[float], level: float = 0.95
+) -> dict[str, float]:
+    """``a - b`` over paired seeds: the mean difference, its ``level`` interval
+    (``t_interval`` of the differences), and the two-sided p-value of the paired t test
+    (``PAIRED_TEST``; nan with fewer than two pairs or when every difference is equal)."""
+    from scipy import stats
+
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)]
+    pairs = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
+    diffs = [x - y for x, y in pairs]
+    mean = float(np.mean(diffs)) if diffs else math.nan
+    lo, hi = t_interval(diffs, level)
+    p = math.nan
+    if len(diffs) >= 2 and np.ptp(diffs) > 0:
+        p = float(stats.ttest_rel([x for x, _ in pairs], [y for _, y in pairs]).pvalue)
+    return {"n": len(diffs), "mean": mean, "lo": lo, "hi": hi, "p": p}
+
+
+def supported(difference: dict[str, float], alpha: float = 0.05) -> bool:
+    """Whether the seeds support a difference: the paired test's p below ``alpha`` (its
+    interval at level 1 - alpha then excludes 0)."""
+    return bool(math.isfinite(difference["p"]) and difference["p"] < alpha)

@@ -1,0 +1,158 @@
+"""``fedsim compare``'s output: the methods' table with intervals and costs, the clients
+hurt and paired differences against each reference, a figure of each (``compare.py`` makes
+the numbers)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from fedsim.search.compare import (
+    COLUMNS,
+    COSTS,
+    PAIRED_TEST,
+    Method,
+    compare_methods,
+    supported,
+)
+from fedsim.tracking.clients_hurt import Z, plot_clients_hurt
+
+
+def interval_cell(row: dict[str, Any], key: str, scale: float = 100.0, digits: int = 2) -> str:
+    """``mean [lo, hi]`` (the 95 % interval over seeds), the mean alone for one seed."""
+    mean, lo, hi = (row[f"{key}_{k}"] for k in ("mean", "lo", "hi"))
+    if math.isnan(mean):
+        return "n/a"
+    if math.isnan(lo):
+        return f"{scale * mean:.{digits}f}"
+    return f"{scale * mean:.{digits}f} [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
+
+
+def difference_cell(d: dict[str, float]) -> str:
+    """``+1.23 [-0.40, 2.86] p=0.06`` in points, ``*`` when the seeds support it."""
+    if math.isnan(d["mean"]):
+        return "n/a"
+    text = f"{100 * d['mean']:+.2f}"
+    if not math.isnan(d["lo"]):
+        text += f" [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]"
+    if not math.isnan(d["p"]):
+        text += f" p={d['p']:.3f}" + (" *" if supported(d) else "")
+    return text
+
+
+def methods_markdown(rows: list[dict]) -> str:
+    """One row per method: accuracy columns in percent, costs per client round."""
+    heads = [*COLUMNS.values(), *COSTS.values()]
+    lines = ["| method | seeds | " + " | ".join(heads) + " |",
+             "|---|---:|" + "---:|" * len(heads)]  # fmt: skip
+    for row in rows:
+        cells = [interval_cell(row, k) for k in COLUMNS]
+        cells += [interval_cell(row, k, scale=1.0, digits=3) for k in COSTS]
+        lines.append(f"| {row['label']} | {row['seeds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def versus_markdown(reference: str, rows: list[dict]) -> str:
+    """Against one reference: clients worse / better / within noise (mean share over the
+    paired seeds), the worst client's loss, and the paired accuracy differences."""
+    lines = [
+        f"| vs {reference} | seeds | worse | better | within noise | worst client's loss "
+        "| Δ acc (final) | Δ acc (val-selected) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        held = f" (held-out: {100 * r['held_out_worse']:.0f}%)" if "held_out_worse" in r else ""
+        lines.append(
+            f"| {r['label']} | {r['pairs']} | {100 * r['worse']:.0f}%{held} | "
+            f"{100 * r['better']:.0f}% | {100 * r['within']:.0f}% | "
+            f"{100 * r['worst_loss']:.1f} | {difference_cell(r['acc'])} | "
+            f"{difference_cell(r['val_acc'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def notes(against: dict[str, list[dict]]) -> str:
+    """What each number was selected on, and how the tests and the noise are defined."""
+    selection = {r["selection"] for rows in against.values() for r in rows}
+    where = ", ".join(sorted(selection)) or "-"
+    return (
+        "Accuracy is the test split's sample-weighted accuracy (acc_weighted), in percent; "
+        "*final*: the last round, no selection; *val-selected*: the round best on the "
+        "clients' validation splits (eval.validation_ratio), n/a for runs without one. "
+        "Cells: mean over seeds [95 % t interval]. Costs: FLOPs of local training (forward "
+        "and backward, the algorithm's extra passes included; eval.count_flops) and the MB a "
+        "trained client sends and receives, per client round.\n\n"
+        f"Clients hurt are read at each run's {where}: per client, the accuracy minus the "
+        f"reference's on the same seed; within noise when at most {Z} standard errors of "
+        "the difference of the two accuracies on that client's test samples. Δ: paired "
+        f"over seeds, in points [95 % interval], with the {PAIRED_TEST}; * marks a "
+        "difference the seeds support (p < 0.05).\n"
+    )
+
+
+def comparison_markdown(rows: list[dict], against: dict[str, list[dict]]) -> str:
+    """The whole comparison: methods, then each reference's table, then the notes."""
+    parts = [methods_markdown(rows)]
+    parts += [versus_markdown(ref, vs) for ref, vs in against.items() if vs]
+    return "\n".join([*parts, notes(against)])
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """The methods' rows (every mean, std and interval bound) as CSV."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def plot_methods(rows: list[dict], methods: list[Method], path: Path) -> Path:
+    """Each method's final and val-selected accuracy: seeds as dots, the mean with its 95 %
+    interval as a bar."""
+    from fedsim.search.compare import run_numbers
+    from fedsim.tracking.report import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(rows)), 4))
+    for offset, key in ((-0.15, "acc"), (0.15, "val_acc")):
+        for i, (row, method) in enumerate(zip(rows, methods, strict=True)):
+            if math.isnan(row[f"{key}_mean"]):
+                continue
+            mean, lo, hi = (100 * row[f"{key}_{k}"] for k in ("mean", "lo", "hi"))
+            err = None if math.isnan(lo) else [[mean - lo], [hi - mean]]
+            ax.errorbar(i + offset, mean, yerr=err, fmt="o", capsize=4,
+                        color="C0" if key == "acc" else "C1",
+                        label=COLUMNS[key] if i == 0 else None)  # fmt: skip
+            seeds = [100 * run_numbers(r)[key] for r in method.runs.values()]
+            ax.plot([i + offset] * len(seeds), seeds, ".", color="grey", alpha=0.6)
+    ax.set_xticks(range(len(rows)), [r["label"] for r in rows], rotation=20, fontsize=8)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("mean over seeds with 95 % interval; dots: seeds", fontsize=9)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def write_comparison(methods: list[Method], references: list[str], out: Path) -> list[Path]:
+    """compare.md, compare.csv, plots/methods.png and, per reference, plots/clients_vs_
+    <reference>.png (the lowest paired seed's per-client differences) in ``out``."""
+    rows, against = compare_methods(methods, references)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plots").mkdir(exist_ok=True)
+    md = out / "compare.md"
+    md.write_text(comparison_markdown(rows, against))
+    written = [md, write_csv(out / "compare.csv", rows)]
+    written.append(plot_methods(rows, methods, out / "plots" / "methods.png"))
+    for ref, vs in against.items():
+        if vs:
+            pairs = [(r["label"], r["hurt"][0]) for r in vs]
+            name = "".join(ch if ch.isalnum() else "_" for ch in ref).strip("_")
+            written.append(plot_clients_hurt(pairs, ref, out / "plots" / f"clients_vs_{name}.png"))
+    return written
+
+
+__all__ = ["comparison_markdown", "interval_cell", "write_comparison"]

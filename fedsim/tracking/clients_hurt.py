@@ -1,0 +1,132 @@
+"""Clients hurt: per-client accuracy of a run against a reference run on the same clients
+(Local, FedAvg, any), the share better / worse / within noise and the worst client's loss.
+
+Each run is read at its *selected* round: the round its summary.json picked on validation
+(``selected_on: validation``), else its final round (no selection on test); ``selection``
+says which. A client is within noise when its difference is at most ``Z`` standard errors
+of the difference of two accuracies measured on its n test samples,
+``Z * sqrt((p_a (1 - p_a) + p_r (1 - p_r)) / n)``; better or worse beyond that. Held-out
+clients (``eval.holdout_clients``) are counted apart, with their own shares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedsim.errors import ConfigError
+from fedsim.tracking.run_data import RunData
+
+Z = 1.96  # standard errors a difference must exceed to count as better or worse
+
+
+def selected_round(run: RunData) -> tuple[int, str]:
+    """(round, what chose it): the validation-selected best round when the run has one,
+    else its last evaluated round."""
+    best = run.summary.get("best") or {}
+    if run.summary.get("selected_on") == "validation" and "round" in best:
+        return int(best["round"]), "validation-selected round"
+    rounds = run.clients.get("round", np.zeros(0))
+    if not len(rounds):
+        raise ConfigError("run_dir", str(run.run_dir), "has no per-client rows (clients.csv)")
+    return int(rounds.max()), "final round"
+
+
+@dataclass
+class HurtSummary:
+    """Per-client differences (run minus reference) and their shares."""
+
+    clients: np.ndarray  # client ids
+    differences: np.ndarray  # accuracy differences, same order
+    noise: np.ndarray  # Z standard errors per client
+    selection: str  # which rounds were compared
+
+    @property
+    def better(self) -> float:
+        return float(np.mean(self.differences > self.noise)) if len(self.clients) else math.nan
+
+    @property
+    def worse(self) -> float:
+        return float(np.mean(self.differences < -self.noise)) if len(self.clients) else math.nan
+
+    @property
+    def within(self) -> float:
+        return 1.0 - self.better - self.worse if len(self.clients) else math.nan
+
+    @property
+    def worst_loss(self) -> float:
+        """The largest accuracy a client lost (0 when none lost any)."""
+        return float(max(0.0, -self.differences.min())) if len(self.clients) else math.nan
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"clients": len(self.clients), "better": self.better, "worse": self.worse,
+                "within_noise": self.within, "worst_loss": self.worst_loss,
+                "selection": self.selection}  # fmt: skip
+
+
+def _rows_at(columns: dict[str, np.ndarray], round_idx: int) -> dict[int, tuple[float, int]]:
+    """client -> (accuracy, test samples) at ``round_idx``."""
+    if not len(columns.get("round", [])):
+        return {}
+    at = columns["round"] == round_idx
+    picked = zip(columns["client"][at], columns["accuracy"][at], columns["n"][at], strict=True)
+    return {int(c): (float(a), int(n)) for c, a, n in picked}
+
+
+def clients_hurt(run: RunData, reference: RunData, held_out: bool = False) -> HurtSummary:
+    """Per-client differences of ``run`` against ``reference`` at each one's selected round,
+    over the clients both evaluated (``held_out``: the held-out clients instead); raises
+    ConfigError when the two runs do not have the same clients (test sizes differ)."""
+    (r_round, how), (ref_round, ref_how) = selected_round(run), selected_round(reference)
+    part = "held_out" if held_out else "clients"
+    mine = _rows_at(getattr(run, part), r_round)
+    theirs = _rows_at(getattr(reference, part), ref_round)
+    common = sorted(set(mine) & set(theirs))
+    for c in common:
+        if mine[c][1] != theirs[c][1]:
+            raise ConfigError(
+                "reference", str(reference.run_dir), f"client {c} has {theirs[c][1]} test "
+                f"samples there and {mine[c][1]} in {run.run_dir}: not the same clients "
+                "(compare runs of the same data, partition and seed)",
+            )  # fmt: skip
+    p_a = np.array([mine[c][0] for c in common])
+    p_r = np.array([theirs[c][0] for c in common])
+    n = np.array([mine[c][1] for c in common], dtype=float)
+    noise = Z * np.sqrt((p_a * (1 - p_a) + p_r * (1 - p_r)) / np.maximum(n, 1))
+    selection = how if how == ref_how else f"{how} vs the reference's {ref_how}"
+    return HurtSummary(np.array(common, dtype=np.int64), p_a - p_r, noise, selection)
+
+
+def plot_clients_hurt(pairs: list[tuple[str, HurtSummary]], reference: str, path: Path) -> Path:
+    """Sorted per-client differences, one line per ``(label, summary)``, the noise band of
+    each client shaded, saved to ``path``."""
+    from fedsim.tracking.report import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, hurt in pairs:
+        order = np.argsort(hurt.differences)
+        x = np.arange(len(order)) / max(len(order) - 1, 1)
+        line = ax.plot(
+            x,
+            100 * hurt.differences[order],
+            marker="o",
+            ms=2,
+            label=(f"{label}: {100 * hurt.worse:.0f}% worse, {100 * hurt.better:.0f}% better"),
+        )[0]
+        ax.fill_between(x, -100 * hurt.noise[order], 100 * hurt.noise[order],
+                        color=line.get_color(), alpha=0.12)  # fmt: skip
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("clients, sorted by difference (fraction)")
+    ax.set_ylabel(f"accuracy minus {reference} (points)")
+    selection = pairs[0][1].selection if pairs else ""
+    ax.set_title(f"per-client difference vs {reference} ({selection}); band: noise", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+__all__ = ["Z", "HurtSummary", "clients_hurt", "plot_clients_hurt", "selected_round"]

@@ -1,0 +1,131 @@
+"""Results over seeds: the 95 % interval and the paired t test against hand values, clients
+hurt on two constructed run folders, and ``fedsim compare`` on constructed folders."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedsim.errors import ConfigError
+from fedsim.search.compare import load_methods, run_numbers, versus
+from fedsim.search.compare_table import write_comparison
+from fedsim.search.stats import paired_difference, supported, t_interval
+from fedsim.tracking.clients_hurt import clients_hurt
+from fedsim.tracking.run_data import load_run
+
+T_2 = 0.95 * math.sqrt(2 / (1 - 0.95**2))  # Student t, 2 degrees of freedom: 0.975 quantile
+
+
+def test_interval_and_paired_t_test_by_hand() -> None:
+    lo, hi = t_interval([0.80, 0.82, 0.84])  # mean 0.82, sample std 0.02
+    half = T_2 * 0.02 / math.sqrt(3)
+    assert (lo, hi) == pytest.approx((0.82 - half, 0.82 + half), abs=1e-12)
+    assert all(math.isnan(v) for v in t_interval([0.8]))  # one seed has no interval
+    d = paired_difference([0.80, 0.85, 0.83], [0.78, 0.80, 0.80])  # differences .02 .05 .03
+    sd = math.sqrt(((0.02 - 0.1 / 3) ** 2 + (0.05 - 0.1 / 3) ** 2 + (0.03 - 0.1 / 3) ** 2) / 2)
+    t = (0.1 / 3) / (sd / math.sqrt(3))
+    assert d["n"] == 3 and d["mean"] == pytest.approx(0.1 / 3)
+    # two-sided p of Student's t with 2 degrees of freedom: 1 - t / sqrt(t^2 + 2)
+    assert d["p"] == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-9)
+    assert d["lo"] == pytest.approx(0.1 / 3 - T_2 * sd / math.sqrt(3))
+    assert not supported(d)  # p = 0.063
+    assert supported(paired_difference([0.80, 0.85, 0.83], [0.70, 0.76, 0.72]))
+
+
+def write_run(
+    folder: Path,
+    name: str,
+    algorithm: str,
+    seed: int,
+    accuracy: list[float],
+    n: list[int],
+    *,
+    validated: bool = False,
+    held: list[float] | None = None,
+    acc: float = 0.5,
+) -> Path:
+    """A finished run folder by hand: 2 evaluated rounds; round 1 holds ``accuracy``."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        yaml.safe_dump({"name": name, "seed": seed, "algorithm": {"name": algorithm}})
+    )
+    clients = [{"client": i, "train": 3 * k, "test": k} for i, k in enumerate(n)]
+    (folder / "partition.json").write_text(json.dumps({"clients": clients}))
+    rows = [{"round": r, "acc_weighted": acc, "bytes_up": 4e6, "bytes_down": 8e6,
+             "num_trained": 2, "flops_per_client": 3e9} for r in (0, 1)]  # fmt: skip
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    best = {"round": 1, "acc_weighted": acc}  # on validation or on test: the last round
+    summary = {
+        "best": best,
+        "final": {"round": 1, "acc_weighted": acc, "acc_std": 0.1, "acc_worst10": acc / 2},
+        "selected_on": "validation" if validated else "test",
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    with open(folder / "clients.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["client", "round", "accuracy", "loss", "n", "classes", "held_out"])
+        for r in (0, 1):
+            for c, (a, k) in enumerate(zip(accuracy, n, strict=True)):
+                writer.writerow([c, r, a if r == 1 else 0.1, 1.0, k, 2, False])
+            for c, a in enumerate(held or []):
+                writer.writerow([len(n) + c, r, a, 1.0, 100, 2, True])
+    return folder
+
+
+def test_clients_hurt_on_two_constructed_runs(tmp_path) -> None:
+    n = [100, 100, 100, 25]
+    ref = write_run(tmp_path / "ref", "ref", "fedavg", 0, [0.50, 0.50, 0.90, 0.60], n,
+                    held=[0.5])  # fmt: skip
+    run = write_run(tmp_path / "run", "run", "ditto", 0, [0.70, 0.45, 0.70, 0.66], n,
+                    held=[0.2])  # fmt: skip
+    hurt = clients_hurt(load_run(run), load_run(ref))
+    # noise = 1.96 sqrt((p_a (1 - p_a) + p_r (1 - p_r)) / n):
+    #   client 0: +0.20 vs 1.96 sqrt((.21 + .25) / 100) = 0.1329 -> better
+    #   client 1: -0.05 vs 1.96 sqrt((.2475 + .25) / 100) = 0.1383 -> within noise
+    #   client 2: -0.20 vs 1.96 sqrt((.21 + .09) / 100) = 0.1074 -> worse
+    #   client 3: +0.06 vs 1.96 sqrt((.2244 + .24) / 25) = 0.2671 -> within noise
+    assert hurt.noise[0] == pytest.approx(1.96 * math.sqrt(0.46 / 100))
+    assert (hurt.better, hurt.worse, hurt.within) == (0.25, 0.25, 0.5)
+    assert hurt.worst_loss == pytest.approx(0.20)
+    assert hurt.selection == "final round"
+    unseen = clients_hurt(load_run(run), load_run(ref), held_out=True)
+    assert list(unseen.clients) == [4] and unseen.worse == 1.0  # -0.3 vs noise 0.1225
+    other = write_run(tmp_path / "other", "x", "local", 0, [0.5] * 4, [100, 100, 100, 24])
+    with pytest.raises(ConfigError, match="client 3 has 24 test samples"):
+        clients_hurt(load_run(run), load_run(other))
+
+
+def test_compare_reads_seeds_pairs_them_and_writes_the_table(tmp_path) -> None:
+    n = [100, 100]
+    for seed, (a, b) in enumerate([(0.80, 0.78), (0.85, 0.80), (0.83, 0.80)]):
+        write_run(tmp_path / "repro" / "runs" / f"m-seed{seed}", "m", "ditto", seed,
+                  [0.9, 0.5], n, validated=True, acc=a)  # fmt: skip
+        write_run(tmp_path / "repro" / "runs" / f"r-seed{seed}", "r", "fedavg", seed,
+                  [0.5, 0.5], n, acc=b)  # fmt: skip
+    methods = load_methods([tmp_path / "repro"])
+    assert [(m.label, sorted(m.runs)) for m in methods] == [
+        ("m (ditto)", [0, 1, 2]),
+        ("r (fedavg)", [0, 1, 2]),
+    ]
+    numbers = run_numbers(methods[0].runs[0])  # per client round: bytes / num_trained
+    assert numbers["mb_up"] == 2.0 and numbers["mb_down"] == 4.0 and numbers["flops"] == 3.0
+    assert numbers["val_acc"] == 0.80  # the validation-selected round's test accuracy
+    assert math.isnan(run_numbers(methods[1].runs[0])["val_acc"])  # no validation: n/a
+    vs = versus(methods[0], methods[1])
+    assert vs["acc"]["p"] == pytest.approx(
+        paired_difference([0.80, 0.85, 0.83], [0.78, 0.80, 0.80])["p"]
+    )
+    assert vs["better"] == 0.5 and vs["worse"] == 0.0  # +0.40 on client 0, 0 on client 1
+    written = write_comparison(methods, ["fedavg"], tmp_path / "out")
+    table = written[0].read_text()
+    assert "| m (ditto) | 3 | 82.67 [" in table and "| r (fedavg) | 3 |" in table
+    assert "p=0.063" in table and "paired t test" in table
+    assert "validation-selected round vs the reference's final round" in table
+    assert all(p.is_file() for p in written)
+    with pytest.raises(ConfigError, match="--reference='local': matches no method"):
+        write_comparison(methods, ["local"], tmp_path / "out")
