@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
-from helpers import TINY_MNIST, refused_check
+from helpers import TINY_MNIST, one_line_error, refused_check
 
 from fedsim.config import load_config
 from fedsim.data.dataset_types import ImageDataset
@@ -15,6 +16,8 @@ from fedsim.data.federated import ClientSplit, FederatedData
 from fedsim.data.validation import carve_validation, validation_size
 from fedsim.experiment import run_experiment
 from fedsim.metrics import best_and_final
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _federation(sizes: list[int]) -> FederatedData:
@@ -94,3 +97,14 @@ def test_a_run_with_validation_and_flops_writes_both(tmp_path) -> None:
 def test_validation_ratio_is_refused_in_one_line(capsys, tmp_path) -> None:
     line = refused_check("eval.validation_ratio=1", capsys, tmp_path)
     assert "eval.validation_ratio" in line and "(0, 1)" in line
+
+
+def test_a_search_ranked_on_validation_needs_a_validation_split(capsys, tmp_path) -> None:
+    config = str(REPO / "configs" / "quickstart.yaml")
+    search = ["--search", "client.lr=choice(0.01,0.05)", "--samples", "1"]
+    argv = ["tune", config, *search, "--metric", "val/acc_weighted"]
+    line = one_line_error(argv, capsys, tmp_path)
+    assert line == (
+        "fedsim: error: --metric='val/acc_weighted': needs a validation split: set "
+        "eval.validation_ratio (e.g. 0.1)"
+    )

@@ -16,10 +16,12 @@ from typing import Any
 
 from fedsim.config import build_dataclass
 from fedsim.errors import ConfigError
-from fedsim.metrics import SUMMARY_KEYS
+from fedsim.metrics import SUMMARY_KEYS, VAL_PREFIX
 from fedsim.search.resources import TRIAL_EXECUTORS
 
-METRICS = (*SUMMARY_KEYS, "train_loss")
+# val/*: the same figures on the clients' validation splits (eval.validation_ratio): what a
+# search should rank trials by, so that the test split chooses nothing
+METRICS = (*SUMMARY_KEYS, *(VAL_PREFIX + k for k in SUMMARY_KEYS), "train_loss")
 SCHEDULERS = ("asha", "fifo", "pbt")
 SEARCH_ALGS = ("random", "optuna")
 AT_LEAST_1 = (lambda v: v >= 1, "must be >= 1")

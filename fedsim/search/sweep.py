@@ -25,6 +25,7 @@ from typing import Any
 from fedsim.config import ExperimentConfig, apply_overrides, config_from_dict
 from fedsim.config.compose import read_composed, resolve_interpolations
 from fedsim.errors import ConfigError
+from fedsim.metrics import VAL_PREFIX
 from fedsim.search.options import TuneOptions, given_from_args, resolve_options
 from fedsim.search.resources import check_fits, trial_bundles, trial_executor_for, trial_runtime
 from fedsim.search.results import (
@@ -127,6 +128,9 @@ def plan_search(
 ) -> Search:
     """Validate the config, every space and the options together; nothing starts."""
     cfg = config_from_dict(raw)
+    if options.metric.startswith(VAL_PREFIX) and not cfg.eval.validation_ratio:
+        raise ConfigError("--metric", options.metric, "needs a validation split: set "
+                          "eval.validation_ratio (e.g. 0.1)")  # fmt: skip
     base = cfg.to_dict()
     base["data"]["root"] = str(Path(base["data"]["root"]).resolve())  # trials run elsewhere
     spaces = [parse_space(f"{key}={space}") for key, space in options.search.items()]
