@@ -22,6 +22,7 @@ from fedsim.errors import ClientFailureError, ConfigError, RunFailure
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
 from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir, run_failed
+from fedsim.runtime.executor_choice import ExecutorChoice, RunWork, choose_executor
 from fedsim.runtime.factory import check_runtime, make_executor
 from fedsim.simulation import Simulation
 from fedsim.startup_timeline import write_startup
@@ -124,21 +125,24 @@ def check_experiment(cfg: ExperimentConfig) -> str:
 
     d = cfg.data
     if d.download and not dataset_present(d.name, d.root):  # --check downloads nothing
-        check_runtime(cfg.runtime)
+        choice = choose_executor(cfg.runtime, None)
+        check_runtime(choice.runtime(cfg.runtime))
         return (
             f"config OK (keys and values): {cfg.algorithm.name} on {d.name}, {cfg.rounds} "
-            f"rounds, executor {cfg.runtime.executor}; {d.name} is not under data.root="
+            f"rounds, executor {choice.executor}; {d.name} is not under data.root="
             f"{d.root}, so the partition, model and algorithm are checked when a run downloads it"
         )
     simulation = Simulation(cfg)
-    check_runtime(cfg.runtime)
+    choice = choose_executor(cfg.runtime, RunWork.of(simulation))
+    check_runtime(choice.runtime(cfg.runtime))
     data = simulation.data
     held = f" + {len(data.newcomers)} held out" if data.newcomers else ""
     return (
         f"config OK: {cfg.algorithm.name} on {cfg.data.name}, {data.num_clients} clients{held} "
         f"({int(data.train_sizes().sum())} train / {int(data.test_sizes().sum())} test samples), "
         f"{cfg.model.name} with {simulation.initial_params.numel():,} parameters, "
-        f"{cfg.rounds} rounds, executor {cfg.runtime.executor}"
+        f"{cfg.rounds} rounds, executor {choice.executor}"
+        + (f" ({choice.reason})" if choice.auto else "")
     )
 
 
@@ -152,12 +156,14 @@ def prepare_run(
     resume: bool,
     overwrite: bool,
     resume_changes: tuple[str, ...] = (),
+    choice: ExecutorChoice | None = None,
 ) -> tuple[Simulation, Path, Checkpoint | None, list[Sink]]:
     """The simulation (built here unless given), the run folder (checked, not made), the
     checkpoint to resume, the sinks (the extra ones after the run's own: a sink that stops
     the run sees a round only once every other sink has it)."""
     simulation = Simulation(cfg) if simulation is None else simulation
-    check_runtime(cfg.runtime)
+    choice = choice or choose_executor(cfg.runtime, RunWork.of(simulation))
+    check_runtime(choice.runtime(cfg.runtime))
     if resume:
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
         check_out_dir(run_dir, resume=True, overwrite=False)
@@ -188,6 +194,7 @@ def run_experiment(
     simulation: Simulation | None = None,
     pool: StartedPool | None = None,
     resume_changes: tuple[str, ...] = (),
+    executor_choice: ExecutorChoice | None = None,
 ) -> RunResult:
     """Run the experiment ``cfg`` into ``out_dir`` (default ``runs/<name>``) and return its
     ``RunResult`` (``summary``, ``history``, ``run_dir``, the final server ``state``).
@@ -200,19 +207,26 @@ def run_experiment(
     the run in ``out_dir`` (an existing run folder is otherwise refused). Ctrl-C raises
     ``RunInterrupted`` after checkpointing the last completed round (with checkpoints on).
     ``simulation`` (built from ``cfg``) and ``pool`` (Ray and the worker actors): started
-    ahead by ``fedsim.early_start``; the run owns the pool from then on. ``resume_changes``:
+    ahead by ``fedsim.early_start``; the run owns the pool from then on. ``executor_choice``:
+    the executor ``runtime.executor=auto`` chose (None: chosen here, and said on stderr).
+    ``resume_changes``:
     dotted keys a resume may change besides name, rounds, runtime... (a Population Based
     Training exploit: the searched keys). An extra sink may stop the run by raising
     ``fedsim.interrupts.Stopped`` (``RunInterrupted`` with signal ``stopped``). A run that
     raises mid-way is ``RunFailed`` (one line; its summary.json says ``failed``).
     """
     try:
+        simulation = Simulation(cfg) if simulation is None else simulation
+        choice = executor_choice or choose_executor(cfg.runtime, RunWork.of(simulation))
         simulation, run_dir, checkpoint, sinks = prepare_run(
             cfg, out_dir, extra_sinks, simulation, progress=progress, resume=resume,
-            overwrite=overwrite, resume_changes=resume_changes,
+            overwrite=overwrite, resume_changes=resume_changes, choice=choice,
         )  # fmt: skip
+        if choice.auto and pool is None:  # (with a pool, start_early said it)
+            print(choice.line(), file=sys.stderr)
         prepared_at = time.time()
-        executor = make_executor(cfg.runtime, simulation.worker_spec, simulation.data, pool=pool)
+        runtime = choice.runtime(cfg.runtime)
+        executor = make_executor(runtime, simulation.worker_spec, simulation.data, pool=pool)
     except BaseException:
         if pool is not None:
             pool.close()  # an executor closes it itself

@@ -97,7 +97,7 @@ def test_shipped_configs_run_on_the_default_executor_unless_they_say_why(path):
     if "tune" in raw:  # a search: its trials' executor is fedsim tune's choice
         return
     where = str(path.relative_to(REPO))
-    assert load_config(path).runtime.executor == PINNED.get(where, "ray"), where
+    assert load_config(path).runtime.executor == PINNED.get(where, "auto"), where
     if where in PINNED:
         lines = path.read_text().splitlines()
         at = next(i for i, line in enumerate(lines) if line.strip().startswith("executor:"))

@@ -24,6 +24,9 @@ STEPS = [
 ]
 
 
+SMALL = ["data.max_samples=400", "data.num_clients=4"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "resume"),
     [
@@ -33,9 +36,18 @@ STEPS = [
         (["runtime.executor=ray", "runtime.gpus_per_worker=1"], False),
     ],
 )
-def test_runs_that_start_their_own_pool_start_nothing_early(overrides, resume):
-    cfg = load_config(None, overrides)
-    assert start_early(cfg, resume=resume) is None
+def test_runs_that_start_their_own_pool_start_nothing_early(overrides, resume, monkeypatch):
+    from fedsim.errors import ConfigError
+    from fedsim.runtime import pool_start
+
+    monkeypatch.setattr(pool_start, "start_ray", lambda *a: pytest.fail("Ray was started"))
+    cfg = load_config(QUICKSTART, [*SMALL, *overrides])
+    try:
+        early = start_early(cfg, resume=resume)
+    except ConfigError as err:  # a GPU asked for on a machine without one: before any Ray
+        assert err.key.startswith("runtime.")
+        return
+    assert early.pool is None and early.simulation.cfg is cfg
 
 
 def test_startup_seconds_are_since_the_process_start_in_time_order():

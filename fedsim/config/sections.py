@@ -235,8 +235,10 @@ def lr_scale(schedule: str, decay: float, rounds: int, round_idx: int) -> float:
 
 @dataclass
 class RuntimeConfig:
-    executor: str = checked(  # ray (a pool of worker actors) | local (in this process)
-        "ray", lambda v: v in ("local", "ray"), "allowed: local, ray"
+    # auto (local unless Ray can win back its start-up: fedsim/runtime/executor_choice.py) |
+    # ray (a pool of worker actors) | local (in this process); the numbers are the same
+    executor: str = checked(
+        "auto", lambda v: v in ("auto", "local", "ray"), "allowed: auto, local, ray"
     )
     device: str = checked(  # auto (CUDA where a GPU is visible) | cpu | cuda | cuda:N
         "auto",
@@ -244,7 +246,8 @@ class RuntimeConfig:
         "allowed: auto, cpu, cuda, cuda:N",
     )
     # Ray pool size; None: fill the machine (one per CPU, or workers_per_gpu per GPU). Only
-    # with executor=ray: the local executor runs one worker in this process (set: an error).
+    # with executor=ray or auto (which it makes Ray): the local executor runs one worker in
+    # this process (set: an error).
     workers: int | None = checked(
         None, lambda v: v is None or v >= 1, "must be >= 1 (or null: fill the machine)"
     )

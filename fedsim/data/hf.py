@@ -26,27 +26,9 @@ from fedsim.data.hf_columns import (
     vector_column,
 )
 from fedsim.data.hf_images import pil_array, stack_images
-from fedsim.data.hf_open import open_split, with_test_split
+from fedsim.data.hf_open import HFSource, open_split, with_test_split
 from fedsim.data.names import HF_PREFIX
 from fedsim.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class HFSource:
-    """What to read: ``data.name`` (hf:path), ``data.split``, the input column(s),
-    ``data.label_column``, ``data.partition.by`` (or None) and ``data.resize`` (or None)."""
-
-    name: str
-    split: str = "train"
-    input_columns: tuple[str, ...] = ("image",)
-    label_column: str = "label"
-    by: str | None = None
-    resize: int | None = None
-    test_split: str | None = None  # natural clients' test rows come from this split
-
-    @property
-    def path(self) -> Path:
-        return Path(self.name[len(HF_PREFIX) :]).expanduser()
 
 
 @dataclass(frozen=True)

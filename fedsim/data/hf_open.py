@@ -9,17 +9,33 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedsim.data.names import HF_PREFIX
 from fedsim.errors import ConfigError
 
-if TYPE_CHECKING:
-    from fedsim.data.hf import HFSource
-
 FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 _LOCAL_SUFFIXES = (*FILE_BUILDERS, ".arrow", ".tsv", ".txt")
+
+
+@dataclass(frozen=True)
+class HFSource:
+    """What to read: ``data.name`` (hf:path), ``data.split``, the input column(s),
+    ``data.label_column``, ``data.partition.by`` (or None) and ``data.resize`` (or None)."""
+
+    name: str
+    split: str = "train"
+    input_columns: tuple[str, ...] = ("image",)
+    label_column: str = "label"
+    by: str | None = None
+    resize: int | None = None
+    test_split: str | None = None  # natural clients' test rows come from this split
+
+    @property
+    def path(self) -> Path:
+        return Path(self.name[len(HF_PREFIX) :]).expanduser()
 
 
 def with_test_split(source: HFSource, table: Any, cache: str) -> tuple[Any, int]:

@@ -1,0 +1,84 @@
+"""Issue 56, a newcomer's first runs: every check before Ray (point 2), and small runs that
+do not wait for Ray's start-up (point 3)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsim.config import RuntimeConfig, load_config
+from fedsim.runtime import executor_choice
+from fedsim.runtime.executor_choice import RAY_START_S, RunWork, choose_executor
+from tests.helpers import one_line_error
+
+QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+
+
+def test_2_a_wrong_column_on_ray_is_refused_before_ray_starts(tmp_path, capsys, monkeypatch):
+    from fedsim.runtime import pool_start
+
+    monkeypatch.setattr(pool_start, "start_ray", lambda *a: pytest.fail("Ray started first"))
+    csv = tmp_path / "rows.csv"
+    csv.write_text("f0,f1,label\n" + "".join(f"{i},{i % 7},{i % 2}\n" for i in range(60)))
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = ["run", QUICKSTART, "--no-progress", "runtime.executor=ray", "rounds=1",
+            f"data.name=hf:{csv}", "data.input_column=f9", "data.num_clients=2"]  # fmt: skip
+    line = one_line_error(argv, capsys, work)
+    assert "data.input_column='f9': no such column" in line
+
+
+def _work(**kw) -> RunWork:
+    base = dict(rounds=20, train_samples=3750, eval_samples=1250, evaluations=21,
+                params=582_026, cohort=20)  # fmt: skip
+    return RunWork(**{**base, **kw})
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    monkeypatch.setattr(executor_choice, "cpus_here", lambda: 2)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)  # no Ray started in this process
+
+
+def test_3_a_small_run_goes_local_and_says_how_to_force_ray(two_cpus):
+    choice = choose_executor(RuntimeConfig(), _work())  # the quickstart: ~47 s of work
+    assert choice.executor == "local" and choice.auto
+    assert choice.line().endswith("runtime.executor=ray forces the other")
+    assert f"less than Ray's ~{RAY_START_S:.0f} s start-up" in choice.line()
+
+
+def test_3_a_large_run_goes_to_ray(two_cpus):
+    choice = choose_executor(RuntimeConfig(), _work(rounds=200))
+    assert choice.executor == "ray" and "runtime.executor=local forces" in choice.line()
+
+
+@pytest.mark.parametrize(
+    ("runtime", "work", "executor"),
+    [
+        (RuntimeConfig(workers=2), _work(rounds=1), "ray"),  # workers asked for
+        (RuntimeConfig(address="auto"), _work(rounds=1), "ray"),  # a cluster to join
+        (RuntimeConfig(), _work(rounds=10_000, cohort=1), "local"),  # one client a round
+        (RuntimeConfig(executor="ray"), _work(rounds=1), "ray"),  # given: kept
+        (RuntimeConfig(executor="local"), _work(rounds=10_000), "local"),
+    ],
+)
+def test_3_what_decides_the_executor(two_cpus, runtime, work, executor):
+    assert choose_executor(runtime, work).executor == executor
+
+
+def test_3_one_cpu_never_waits_for_ray(monkeypatch):
+    monkeypatch.setattr(executor_choice, "cpus_here", lambda: 1)
+    monkeypatch.setattr(executor_choice, "cluster_given", lambda runtime: None)
+    assert choose_executor(RuntimeConfig(), _work(rounds=10_000)).executor == "local"
+
+
+def test_3_the_default_is_auto_and_check_says_the_choice(two_cpus):
+    from fedsim.experiment import check_experiment
+
+    cfg = load_config(QUICKSTART, ["runtime.executor=auto", "data.max_samples=400"])
+    assert load_config(None).runtime.executor == "auto"
+    line = check_experiment(cfg)
+    assert line.endswith("start-up)") and "executor local (auto: ~" in line
