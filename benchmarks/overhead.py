@@ -48,8 +48,9 @@ from fedsim.data.federated import FederatedData
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.scheduling import assign_balanced
-from fedsim.runtime.worker import ClientTask, Task, WorkerResult, client_seed
+from fedsim.runtime.worker import ClientTask, Task, WorkerResult
 from fedsim.simulation import Simulation, build_data
+from fedsim.streams import torch_seed
 
 
 def partition_name(args: argparse.Namespace) -> str:
@@ -213,7 +214,7 @@ def plain_share(
                 correct += int((logits.argmax(1) == y).sum())
                 float(nn.functional.cross_entropy(logits, y, reduction="sum"))
         model.train()
-        seed = client_seed(cfg.seed, round_idx, client)
+        seed = torch_seed(cfg.seed, round_idx, client)
         torch.manual_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.client.lr)

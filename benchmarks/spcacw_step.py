@@ -52,8 +52,8 @@ from fedsim.algorithms.spcacw import SPCACW  # noqa: E402
 from fedsim.config import load_config  # noqa: E402
 from fedsim.gradient_tasks import gram  # noqa: E402
 from fedsim.runtime.executor import Executor, LocalExecutor  # noqa: E402
-from fedsim.runtime.gradient_work import task_seed  # noqa: E402
 from fedsim.simulation import Simulation  # noqa: E402
+from fedsim.streams import torch_seed  # noqa: E402
 from lightning_modules.registry import build_model  # noqa: E402
 
 CONFIG = ROOT / "configs" / "spcacw" / "mnist5k-relabel-mlp.yaml"
@@ -126,7 +126,7 @@ class PlainRound:
         params = [t.detach().requires_grad_() for t in self.params(flat).values()]
         loss = self.loss(dict(zip(self.names, params, strict=True)), x, y)
         gradient = torch.autograd.grad(loss, params, create_graph=True)
-        generator = torch.Generator().manual_seed(task_seed(seed, 0, client, 5, 0))
+        generator = torch.Generator().manual_seed(torch_seed(seed, 0, client, 5, 0))
         v = [torch.randn(s, generator=generator) for s in self.shapes]
         eigenvalue = 0.0
         for _ in range(algo.params.lipschitz_iterations):

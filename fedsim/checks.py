@@ -23,6 +23,7 @@ def checked(
     factory: typing.Callable[[], Any] | None = None,
     doc: str = "",
     group: str = "",
+    schedulable: bool = False,
 ) -> Any:
     """A dataclass field whose range is declared next to it.
 
@@ -32,6 +33,8 @@ def checked(
     ``doc`` is the description ``fedsim keys`` shows (else the field's ``# comment``);
     ``group`` names the setting under which the key acts (FedVG's validation keys: "with
     algorithm.weighting=fedvg|avg"): listed apart from the algorithm's own keys.
+    ``schedulable``: the key may be given as a schedule (``fedsim/schedules.py``): it is read
+    afresh every round, so a value that changes between rounds takes effect.
     """
     if predicate is None or not allowed:
         raise TypeError("checked() needs a predicate and the allowed text")
@@ -40,6 +43,8 @@ def checked(
         metadata["doc"] = doc
     if group:
         metadata["group"] = group
+    if schedulable:
+        metadata["schedulable"] = True
     if factory is not None:
         if default is not dataclasses.MISSING:
             raise TypeError("checked() takes a default or a factory, not both")
@@ -63,3 +68,12 @@ def field_group(cls: type, name: str) -> str:
         if declared is not None and "group" in declared.metadata:
             return declared.metadata["group"]
     return ""
+
+
+def field_schedulable(cls: type, name: str) -> bool:
+    """Whether field ``name`` takes a schedule (declared with ``checked(schedulable=True)``)."""
+    for klass in cls.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and "check" in declared.metadata:
+            return bool(declared.metadata.get("schedulable"))
+    return False

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from fedsim.algorithm_params import BUILTIN_NAMES, params_class, summaries
-from fedsim.checks import field_check, field_group
+from fedsim.checks import field_check, field_group, field_schedulable
 from fedsim.config import AlgorithmConfig, ExperimentConfig
 
 
@@ -71,8 +71,12 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def _allowed(cls: type, f: dataclasses.Field) -> str:
+    """The key's allowed values; a key that takes a schedule says so (fedsim/schedules.py)."""
     check = field_check(cls, f.name)
-    return "" if check is None else check[1]
+    text = "" if check is None else check[1]
+    if field_schedulable(cls, f.name):
+        text += "; or a schedule over rounds"
+    return text
 
 
 def _description(cls: type, f: dataclasses.Field) -> str:

@@ -35,7 +35,7 @@ from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.rounds.system_clock import sample_cohort
-from fedsim.run_plan import LocalEpochs, OptimizerSettings, resolve_run_plan
+from fedsim.run_plan import LocalEpochs, ModelBuild, resolve_run_plan
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
@@ -43,7 +43,6 @@ from fedsim.runtime.worker import WorkerSpec
 from fedsim.tracking.base import Sink
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
-from lightning_modules.registry import model_class, owns_optimizers
 
 __all__ = ["RunResult", "Simulation", "build_data", "cached_dataset"]
 
@@ -93,20 +92,6 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map
     return data
-
-
-def model_kwargs(cfg: ExperimentConfig, data: FederatedData) -> dict[str, Any]:
-    """What fedsim builds the model with (``model.args`` apart): its data's shapes, the
-    client's SGD settings for a model that takes them (not one with its own
-    ``configure_optimizers``: it owns its optimizer), and ``model.hidden`` when set."""
-    hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
-    own = owns_optimizers(model_class(cfg.model.name))
-    optimizer = OptimizerSettings.from_config(cfg).constructor_kwargs(own)
-    return {
-        **data.dataset.model_kwargs(),  # images: in_channels, image_size; text: vocab_size, seq_len
-        **optimizer,
-        **hidden,
-    }
 
 
 def federation_info(
@@ -172,10 +157,9 @@ class Simulation:
         held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
         self.data = hold_out(self.data, held, cfg.seed)
         torch.manual_seed(cfg.seed)
-        template = build_client_model(
-            cfg.model.name, cfg.model.args, model_kwargs(cfg, self.data),
-            OptimizerSettings.from_config(cfg),
-        )  # fmt: skip
+        # how every copy of the model is built, resolved once (the run plan carries it)
+        model = ModelBuild.from_config(cfg, self.data.dataset.model_kwargs())
+        template = build_client_model(model.name, model.args, model.kwargs, model.optimizer)
         sample = sample_batch(self.data)
         # one forward: the model fits the data (one line if not); lazy layers materialize
         fit_model(template, sample, self.data.num_classes, cfg.model.name)
@@ -197,32 +181,14 @@ class Simulation:
         kind = round_kind_name(cfg, self.algorithm)
         check_round_kind(cfg, self.algorithm, kind, self.data.num_clients)
         check_evaluation(cfg, self.algorithm, kind, self.data)
-        self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr)
+        self.plan = resolve_run_plan(cfg, kind, self.data.num_clients, self.base_lr, model)
         self.deployment = Deployment(cfg, self.algorithm, self.plan)
         self.round_kind = build_round_kind(
             cfg, self.algorithm, self.plan, self.deployment, self.data.train_sizes(),
             self.model_bytes,
         )  # fmt: skip
         self.interrupted: Interruption | None = None
-        c = cfg.client
-        self.worker_spec = WorkerSpec(
-            model_name=cfg.model.name,
-            model_kwargs=model_kwargs(cfg, self.data),
-            model_args=dict(cfg.model.args),
-            algorithm=self.algorithm,
-            batch_size=c.batch_size,
-            eval_batch_size=c.eval_batch_size,
-            seed=cfg.seed,
-            epochs=self.plan.epochs,
-            lr=self.plan.lr,
-            optimizer=self.plan.optimizer,
-            clip_grad_norm=c.clip_grad_norm,
-            bf16=c.precision == "bf16-mixed",
-            eval_model=cfg.eval.model,
-            eval_after_training=cfg.eval.when == "after_training",
-            finetune_epochs=cfg.eval.finetune_epochs,
-            count_flops=cfg.eval.count_flops,
-        )
+        self.worker_spec = WorkerSpec.from_plan(self.plan, self.algorithm)
 
     def model_bytes(self) -> np.ndarray:
         """What each client downloads in round 0 (the broadcast and its payload): an
@@ -265,7 +231,7 @@ class Simulation:
         num_classes = (self.data.class_counts("train", newcomers=True) > 0).sum(axis=1)
         loop = RoundLoop(
             self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
-            self.sample_cohort, self.plan.lr,
+            self.sample_cohort, self.plan,
         )  # fmt: skip
         self.loop = loop
         try:

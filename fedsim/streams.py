@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 # --- tags (the fixed words of each layout) ------------------------------------------------
 SPLIT_TAG = 1  # a client's train/test split
 COHORT_TAG = 7  # the clients sampled for a synchronous round
@@ -68,6 +70,12 @@ class Stream:
     owner: str  # the module that draws from it
     kind: str  # "numpy" | "torch32" | "torch64" | "torch-raw"
     layout: tuple[str | int, ...]
+
+
+def torch_seed(*words: int) -> int:
+    """A 32-bit torch seed from an entropy list (``SeedSequence.generate_state``): the one
+    helper every ``torch32`` stream seeds through (a client's, a probe's, a task's)."""
+    return int(np.random.SeedSequence(list(words)).generate_state(1)[0])
 
 
 def _streams(*rows: tuple[str, str, str, tuple[str | int, ...]]) -> dict[str, Stream]:

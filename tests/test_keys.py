@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from helpers import stderr_lines
 
-from fedsim.checks import field_check
+from fedsim.checks import field_check, field_schedulable
 from fedsim.cli import main
 from fedsim.config import AlgorithmConfig, ExperimentConfig
 from fedsim.data.names import DATASET_NAMES
 from fedsim.keys import algorithm_keys, algorithm_names, all_keys, experiment_keys
+from fedsim.schedules import KEYS as SCHEDULE_KINDS
 from lightning_modules.registry import MODEL_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +42,7 @@ SECTIONS = (
 DOTTED_KEY = re.compile(
     rf"(?<![\w./:-])((?:{'|'.join(SECTIONS)})(?:\.[a-z_][a-z0-9_]*)+)(?![\w/(-])"
 )
+SCHEDULE_SETTINGS = {name for settings in SCHEDULE_KINDS.values() for name in settings}
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 
 
@@ -84,7 +86,8 @@ def test_every_experiment_field_is_listed_with_a_description_and_its_check() -> 
     for key, cls, name in fields:
         assert listed[key].description, f"{key} has no description"
         check = field_check(cls, name)
-        assert listed[key].allowed == (check[1] if check else ""), key
+        schedule = "; or a schedule over rounds" if field_schedulable(cls, name) else ""
+        assert listed[key].allowed == (check[1] if check else "") + schedule, key
 
 
 @pytest.mark.parametrize("algorithm", algorithm_names())
@@ -218,6 +221,9 @@ def test_every_dotted_key_the_docs_name_exists() -> None:
     for path in DOCS:
         for line, span in backticked(path):
             for key in DOTTED_KEY.findall(span):
+                base, _, setting = key.rpartition(".")
+                if setting in SCHEDULE_SETTINGS and base.count("."):
+                    key = base  # a schedule's setting (algorithm.mu.decay: fedsim/schedules.py)
                 if key.startswith("algorithm."):
                     ok = key.removeprefix("algorithm.") in any_algorithm
                 else:  # model.args holds the constructor's own names

@@ -87,8 +87,9 @@ def test_the_simulation_hands_every_reader_the_plans_values():
     cfg = load_config(None, overrides)
     sim = Simulation(cfg, build_data(cfg))
     plan = sim.plan
-    assert sim.worker_spec.lr is plan.lr and sim.worker_spec.epochs is plan.epochs
-    assert sim.worker_spec.optimizer is plan.optimizer
+    assert sim.worker_spec.epochs is plan.epochs and sim.worker_spec.optimizer is plan.optimizer
+    assert sim.worker_spec.model_kwargs is plan.model.kwargs  # the one model build
+    assert plan.values.at(2).lr_scale == plan.lr.scale(2)  # the lr travels with the round
     assert sim.federation.client_epochs == [2, 1, 2, 1, 2, 1]
     assert len(sim.sample_cohort(0)) == plan.cohort_size == 3
     assert plan.lr.at(2) == pytest.approx(0.005 * 0.25)
@@ -111,6 +112,13 @@ ONE_HOME = {
     "cohort_size": ("fedsim.run_plan",),
     "model_upload": ("fedsim.deployment.decision",),
     "ClientTask": ("fedsim.rounds.dispatch",),
+    # the worker's spec is the plan's (no second derivation of the model's or clients' settings)
+    "WorkerSpec": ("fedsim.runtime.worker",),
+    "ModelBuild": ("fedsim.run_plan",),
+    "LearningRate": ("fedsim.run_plan",),
+    "OptimizerSettings": ("fedsim.run_plan",),
+    # one seed helper for every torch32 stream (fedsim/streams.py)
+    "SeedSequence": ("fedsim.streams", "fedsim.rounds.staleness", "fedsim.deployment.privacy"),
 }
 
 
@@ -131,3 +139,18 @@ def calls_outside_home() -> list[str]:
 
 def test_each_value_is_computed_in_one_place():
     assert calls_outside_home() == []
+
+
+def test_no_second_derivation_of_the_plans_values():
+    """What issue 52 removed stays removed: no lr fallback beside the plan, no lr carried by
+    the worker's spec (it travels with each round), no model-kwargs builder beside the
+    plan's, no seed helper beside ``streams.torch_seed``, the built-in lr written once."""
+    fedsim = sorted((REPO / "fedsim").rglob("*.py"))
+    sources = {p.relative_to(REPO).as_posix(): p.read_text() for p in fedsim}
+    assert "LearningRate.from_config(cfg) if" not in sources["fedsim/rounds/loop.py"]
+    assert "spec.lr" not in "".join(sources.values())
+    assert "def model_kwargs(" not in sources["fedsim/simulation.py"]
+    for name in ("def client_seed(", "def probe_seed(", "def task_seed("):
+        assert not any(name in text for text in sources.values()), name
+    for path in ("fedsim/run_plan.py", "fedsim/runtime/worker.py", "fedsim/simulation.py"):
+        assert "0.005" not in sources[path], path  # BUILT_IN_LR, from model_optimizer.py

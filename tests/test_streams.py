@@ -17,7 +17,7 @@ from fedsim.streams import OVERLAPS, STREAMS, Stream
 REPO = Path(__file__).resolve().parents[1]
 POOL_WORDS = 4  # numpy's SeedSequence pads a list of up to 4 words with zeros
 SEEDING_CALLS = {"default_rng", "SeedSequence", "manual_seed", "draw_participation",
-                 "client_seed", "probe_seed", "task_seed"}  # fmt: skip
+                 "torch_seed"}  # fmt: skip
 # a figure's jitter, not a simulation stream (redrawing a report gives the same picture)
 NOT_SIMULATION = {"fedsim/tracking/report.py"}
 

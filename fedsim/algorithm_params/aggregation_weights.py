@@ -67,7 +67,7 @@ class WeightingParams(AlgorithmParams):
         32, lambda v: v >= 1, "must be >= 1", group=SCORES
     )
     eps: float = checked(  # FedVG: w ~ 1 / (s + eps)
-        1e-8, lambda v: v > 0, "must be > 0", group=SCORES
+        1e-8, lambda v: v > 0, "must be > 0", group=SCORES, schedulable=True
     )
 
     def __post_init__(self) -> None:

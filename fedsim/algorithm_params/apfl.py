@@ -22,7 +22,7 @@ class APFLParams(AlgorithmParams):
         1.0, lambda v: 0 <= v <= 1, "must be in [0, 1]"
     )
     alpha_lr: float | None = checked(  # step size of alpha's updates (null: client.lr, PFLlib)
-        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)"
+        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)", schedulable=True
     )
     update: str = checked(  # pfllib: v on its own loss (PFLlib) | paper: v on the mixture's loss
         "pfllib", lambda v: v in APFL_UPDATES, f"allowed: {', '.join(APFL_UPDATES)}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedsim.algorithm_params.base import AlgorithmParams
+from fedsim.checks import checked
 from fedsim.errors import ConfigError
 
 CLASS_WEIGHTS = ("estimated", "true")  # cwFedAvg: r_i from the head's row norms | the counts
@@ -25,7 +26,9 @@ class CwFedAvgParams(AlgorithmParams):
     # CLI read a bare `true` as a boolean; __post_init__ turns it back into "true".
     class_weights: Any = "estimated"
     classwise_layers: str = "output"  # output | all | top-L (the top L blocks)
-    wdr_lambda: float = 10.0  # WDR strength; loss += 0.5 * lambda * ||p - p~||_2; 0 disables
+    wdr_lambda: float = checked(  # WDR strength; loss += 0.5 * lambda * ||p - p~||_2; 0 disables
+        10.0, lambda v: v >= 0, "must be >= 0 (0: no WDR)", schedulable=True
+    )
 
     def __post_init__(self) -> None:
         if self.class_weights is True:
@@ -42,8 +45,6 @@ class CwFedAvgParams(AlgorithmParams):
                 self.classwise_layers,
                 "allowed: output, all, top-L (L >= 1 top blocks, e.g. top-2)",
             )
-        if not self.wdr_lambda >= 0:
-            raise ConfigError("algorithm.wdr_lambda", self.wdr_lambda, "must be >= 0 (0: no WDR)")
 
 
 Params = CwFedAvgParams

@@ -18,13 +18,13 @@ class FedAMPParams(AlgorithmParams):
     """``algorithm.*`` keys of FedAMP (PFLlib's names; defaults: see the module docstring)."""
 
     lamda: float = checked(  # strength of the pull to u_i (PFLlib ``lamda``); 0: Local-only
-        0.005, lambda v: v >= 0, "must be >= 0 (0: Local-only)"
+        0.005, lambda v: v >= 0, "must be >= 0 (0: Local-only)", schedulable=True
     )
     alpha_k: float = checked(  # alpha_K: scale of the attention coefficients (PFLlib ``alphaK``)
-        0.05, lambda v: v > 0, "must be > 0"
+        0.05, lambda v: v > 0, "must be > 0", schedulable=True
     )
     sigma: float = checked(  # width of the attention kernel exp(-d / sigma) / sigma
-        1.0, lambda v: v > 0, "must be > 0"
+        1.0, lambda v: v > 0, "must be > 0", schedulable=True
     )
 
 

@@ -19,10 +19,10 @@ class FedAvgParams(AdaptiveServerParams, WeightingParams):
     """``algorithm.*`` keys of FedAvg: the aggregation weights and the server optimizer."""
 
     server_lr: float = checked(  # server step on the averaged client update (1: plain FedAvg)
-        1.0, lambda v: v > 0, "must be > 0"
+        1.0, lambda v: v > 0, "must be > 0", schedulable=True
     )
     server_momentum: float = checked(  # server SGD momentum beta (FedAvgM; 0: none)
-        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)"
+        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)", schedulable=True
     )
 
     def __post_init__(self) -> None:

@@ -17,7 +17,10 @@ class FedBABUParams(AlgorithmParams):
     """``algorithm.*`` keys of FedBABU."""
 
     finetune_epochs: int = checked(  # epochs of whole-model fine-tuning before each evaluation
-        10, is_count, "must be an integer >= 0 (0: evaluate the body with the fixed random head)"
+        10,
+        is_count,
+        "must be an integer >= 0 (0: evaluate the body with the fixed random head)",
+        schedulable=True,
     )
 
 

@@ -18,10 +18,10 @@ class FedDiscoParams(AlgorithmParams):
     """``algorithm.*`` keys of FedDisco."""
 
     disco_a: float = checked(  # a: how much the normalized discrepancy d_k lowers a weight
-        0.5, lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"
+        0.5, lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0", schedulable=True
     )
     disco_b: float = checked(  # b: offset added to every weight before the ReLU
-        0.1, lambda v: math.isfinite(v), "must be a finite number"
+        0.1, lambda v: math.isfinite(v), "must be a finite number", schedulable=True
     )
 
 

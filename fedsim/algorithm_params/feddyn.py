@@ -19,7 +19,9 @@ class FedDynParams(WeightingParams):
     """``algorithm.*`` keys of FedDyn: alpha, the penalty form and the weighting keys."""
 
     weighting: str = "uniform"
-    alpha: float = checked(0.01, lambda v: v > 0, "must be > 0")  # dynamic regularizer strength
+    alpha: float = checked(  # dynamic regularizer strength
+        0.01, lambda v: v > 0, "must be > 0", schedulable=True
+    )
     penalty: str = checked(  # norm (PFLlib) | squared (the FedDyn paper)
         "norm", lambda v: v in PENALTIES, "allowed: norm, squared"
     )

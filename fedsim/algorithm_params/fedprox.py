@@ -19,7 +19,7 @@ class FedProxParams(FedAvgParams):
     """``algorithm.*`` keys of FedProx: ``mu`` (required) and FedAvg's keys."""
 
     mu: float | None = checked(  # proximal strength: loss += (mu/2) ||w - w_global||^2; required
-        None, lambda v: v is None or v >= 0, "must be >= 0 (0: plain FedAvg)"
+        None, lambda v: v is None or v >= 0, "must be >= 0 (0: plain FedAvg)", schedulable=True
     )
 
     def __post_init__(self) -> None:

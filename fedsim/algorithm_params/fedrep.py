@@ -17,7 +17,7 @@ class FedRepParams(AlgorithmParams):
     """``algorithm.*`` keys of FedRep."""
 
     head_epochs: int = checked(  # epochs of head-only training before the body's (PFLlib -pls)
-        1, is_count, "must be an integer >= 0 (0: the head stays as received)"
+        1, is_count, "must be an integer >= 0 (0: the head stays as received)", schedulable=True
     )
 
 

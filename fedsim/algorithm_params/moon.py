@@ -18,9 +18,11 @@ class MOONParams(AlgorithmParams):
     """``algorithm.*`` keys of MOON (the paper's defaults; PFLlib's are mu 0, tau 1)."""
 
     mu: float = checked(  # weight of the model-contrastive loss (0: FedAvg)
-        1.0, lambda v: v >= 0, "must be >= 0 (0: FedAvg)"
+        1.0, lambda v: v >= 0, "must be >= 0 (0: FedAvg)", schedulable=True
     )
-    tau: float = checked(0.5, lambda v: v > 0, "must be > 0")  # temperature of the contrast
+    tau: float = checked(  # temperature of the contrast
+        0.5, lambda v: v > 0, "must be > 0", schedulable=True
+    )
 
 
 Params = MOONParams

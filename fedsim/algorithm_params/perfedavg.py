@@ -19,16 +19,16 @@ class PerFedAvgParams(AlgorithmParams):
     """``algorithm.*`` keys of Per-FedAvg."""
 
     alpha: float | None = checked(  # inner (personalization) step size (null: client.lr, PFLlib)
-        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)"
+        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)", schedulable=True
     )
     beta: float | None = checked(  # outer (meta) step size (null: client.lr, PFLlib)
-        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)"
+        None, lambda v: v is None or v > 0, "must be > 0 (null: client.lr)", schedulable=True
     )
     order: str = checked(  # first: FO-MAML (PFLlib) | hessian_free: Hessian-vector correction
         "first", lambda v: v in PERFEDAVG_ORDERS, f"allowed: {', '.join(PERFEDAVG_ORDERS)}"
     )
     hf_delta: float = checked(  # hessian_free: finite-difference step of the Hessian product
-        1e-3, lambda v: v > 0, "must be > 0"
+        1e-3, lambda v: v > 0, "must be > 0", schedulable=True
     )
 
 

@@ -20,17 +20,19 @@ class PFedMeParams(AlgorithmParams):
     """``algorithm.*`` keys of pFedMe (PFLlib's names and defaults; ``beta``: the paper's)."""
 
     lamda: float = checked(  # lambda: pull of the personal model to the local model (PFLlib -lam)
-        1.0, lambda v: v > 0, "must be > 0"
+        1.0, lambda v: v > 0, "must be > 0", schedulable=True
     )
     personal_lr: float = checked(  # step size of the K inner steps (PFLlib -lrp)
-        0.01, lambda v: v > 0, "must be > 0"
+        0.01, lambda v: v > 0, "must be > 0", schedulable=True
     )
-    K: int = checked(5, is_positive_count, "must be an integer >= 1")  # inner steps per batch
+    K: int = checked(  # inner steps per batch
+        5, is_positive_count, "must be an integer >= 1", schedulable=True
+    )
     beta: float = checked(  # server: w <- (1 - beta) w + beta mean (PFLlib's default 0: a bug)
-        1.0, lambda v: v > 0, "must be > 0 (1: the plain mean)"
+        1.0, lambda v: v > 0, "must be > 0 (1: the plain mean)", schedulable=True
     )
     mu: float = checked(  # L2 term of the inner steps (hard-coded 0.001 in PFLlib)
-        0.001, lambda v: v >= 0, "must be >= 0"
+        0.001, lambda v: v >= 0, "must be >= 0", schedulable=True
     )
     evaluate: str = checked(  # personal: its personal model | global: PFLlib's effective one
         "personal", lambda v: v in PFEDME_EVALUATES, f"allowed: {', '.join(PFEDME_EVALUATES)}"

@@ -19,7 +19,9 @@ class ScaffoldParams(AdaptiveServerParams, WeightingParams):
     server optimizer (its lr is ``global_lr``)."""
 
     weighting: str = "uniform"
-    global_lr: float = checked(1.0, lambda v: v > 0, "must be > 0")  # server step eta_g
+    global_lr: float = checked(  # server step eta_g
+        1.0, lambda v: v > 0, "must be > 0", schedulable=True
+    )
 
     def __post_init__(self) -> None:
         WeightingParams.__post_init__(self)

@@ -24,13 +24,13 @@ class AdaptiveServerParams(AlgorithmParams):
         "sgd", lambda v: v in SERVER_OPTIMIZERS, f"allowed: {', '.join(SERVER_OPTIMIZERS)}"
     )
     beta1: float = checked(  # adaptive server optimizers: first-moment decay
-        0.9, lambda v: 0 <= v < 1, "must be in [0, 1)"
+        0.9, lambda v: 0 <= v < 1, "must be in [0, 1)", schedulable=True
     )
     beta2: float = checked(  # yogi / adam: second-moment decay
-        0.99, lambda v: 0 <= v < 1, "must be in [0, 1)"
+        0.99, lambda v: 0 <= v < 1, "must be in [0, 1)", schedulable=True
     )
     tau: float = checked(  # adaptive server optimizers: adaptivity (the paper's epsilon)
-        1e-3, lambda v: v > 0, "must be > 0"
+        1e-3, lambda v: v > 0, "must be > 0", schedulable=True
     )
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ draws without knowing the algorithm).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -85,6 +86,13 @@ class Algorithm:
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         self.params = params
         self.federation = federation
+
+    def use_values(self, values: dict[str, float]) -> None:
+        """This round's scheduled keys (``algorithm.<key>`` given as a schedule), set on
+        ``params`` by the driver and by every worker before the round's work; a subclass
+        that derives something from its params at construction refreshes it here."""
+        if values:
+            self.params = dataclasses.replace(self.params, **values)
 
     # --- driver side ---
     def prepare_data(

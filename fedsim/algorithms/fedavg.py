@@ -55,6 +55,12 @@ class FedAvg(Algorithm):
         self.weighting = AggregationWeights(params, federation)
         self.server = self.server_optimizer()
 
+    def use_values(self, values: dict[str, float]) -> None:
+        """A scheduled server key (``server_lr``, momentum, moments) rebuilds the server's step."""
+        super().use_values(values)
+        if values:
+            self.server = self.server_optimizer()
+
     def server_optimizer(self) -> ServerOptimizer:
         """The server's step from the clients' mean (subclasses without the keys override)."""
         p = self.params

@@ -62,8 +62,11 @@ class ServerOptimizer:
             return {"params": mean}
         update = state["params"] - mean  # the pseudo-gradient
         out: ServerState = {}
-        if self.momentum > 0:
-            update = self.momentum * state["momentum"] + update
+        if self.momentum > 0:  # a scheduled momentum may start at 0: no buffer yet
+            previous = state.get("momentum")
+            if previous is None:
+                previous = torch.zeros_like(update)
+            update = self.momentum * previous + update
             out["momentum"] = update
         out["params"] = state["params"] - self.lr * update
         return out

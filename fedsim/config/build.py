@@ -23,7 +23,8 @@ from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.model_optimizer import resolve_optimizer_keys
-from fedsim.config.sections import AlgorithmConfig
+from fedsim.config.scheduled import check_schedules, take_schedules
+from fedsim.config.sections import AlgorithmConfig, ClientConfig
 from fedsim.config.suggest import closest_key, foreign_algorithm_key
 from fedsim.config.system import move_old_keys
 from fedsim.errors import ConfigError
@@ -130,6 +131,10 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     name = algo_raw.pop("name", AlgorithmConfig.name)
     if not isinstance(name, str):
         raise ConfigError("algorithm.name", name, "must be a string")
+    schedules = {}
+    if isinstance(raw.get("client"), dict):
+        raw["client"] = dict(raw["client"])
+        schedules.update(take_schedules(raw["client"], ClientConfig, "client."))
     cfg = build_dataclass(ExperimentConfig, raw)
     if cfg.runtime.executor == "local" and cfg.runtime.workers is not None:
         raise ConfigError(
@@ -139,9 +144,12 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
             "process): leave it null",
         )
     with configuring(name):  # errors of a subclass's inherited keys name the subclass
+        schedules.update(take_schedules(algo_raw, params_class(name), "algorithm."))
         params = build_dataclass(params_class(name), algo_raw, "algorithm.", ("name",))
     cfg.algorithm = AlgorithmConfig(name=name, params=params)
+    cfg.schedules.update(schedules)
     resolve_optimizer_keys(cfg)
+    check_schedules(cfg)
     check_effective(cfg)
     return cfg
 

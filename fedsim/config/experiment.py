@@ -25,6 +25,7 @@ from fedsim.config.sections import (
     is_run_name,
 )
 from fedsim.config.system import SystemConfig
+from fedsim.schedules import Schedule
 
 
 @dataclass
@@ -64,9 +65,19 @@ class ExperimentConfig:
     system: SystemConfig = field(default_factory=SystemConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """The keys given as schedules (``fedsim/schedules.py``), by dotted key; their fields
+        hold round 0's value, and the run plan resolves every round's."""
+        return self.__dict__.setdefault("_schedules", {})
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (the resolved config.yaml); algorithm params inlined."""
+        """Plain nested dict (the resolved config.yaml); algorithm params inlined, a
+        scheduled key's schedule in place of its round-0 value."""
         out = dataclasses.asdict(self)
         params = out["algorithm"].pop("params") or {}
         out["algorithm"].update(params)
+        for key, schedule in self.schedules.items():
+            section, name = key.split(".")
+            out[section][name] = schedule.to_dict()
         return out

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fedsim.config import AttackConfig
-from fedsim.streams import ATTACKERS_TAG
+from fedsim.streams import ATTACKERS_TAG, torch_seed
 
 
 def attackers(settings: AttackConfig, num_clients: int, seed: int) -> list[int]:
@@ -33,9 +33,7 @@ def corrupt_delta(kind: str, delta: torch.Tensor, factor: float, seed: list[int]
     if kind == "scale":
         return factor * delta
     if kind == "gaussian":
-        generator = torch.Generator().manual_seed(
-            int(np.random.SeedSequence(seed).generate_state(1)[0])
-        )
+        generator = torch.Generator().manual_seed(torch_seed(*seed))
         noise = torch.randn(delta.numel(), generator=generator, dtype=torch.float32)
         std = factor * float(delta.norm()) / max(delta.numel(), 1) ** 0.5
         return (noise * std).to(delta.dtype)

@@ -113,8 +113,9 @@ class BufferedRounds(RoundKind):
         worker_results: list[WorkerResult] = []
         if plan.evaluated:
             worker_results = dispatch(
-                self.executor, self.algorithm, plan.round, state, store, evaluate=plan.evaluated
-            ).worker_results
+                self.executor, self.algorithm, plan.round, state, store,
+                evaluate=plan.evaluated, values=plan.values(),
+            ).worker_results  # fmt: skip
         evaluations = sorted_results(worker_results)
         work = RoundWork(
             results=evaluations,
@@ -128,7 +129,7 @@ class BufferedRounds(RoundKind):
         aggregation = schedule.next_aggregation()
         scales, stale = self.plan.discounts(aggregation)
         train_results, trained, work.bytes_down = self._train_buffer(
-            aggregation, scales, state, store
+            aggregation, scales, state, store, plan
         )
         work.worker_results += train_results
         work.results = sorted([*evaluations, *trained], key=lambda c: c.client)
@@ -167,6 +168,7 @@ class BufferedRounds(RoundKind):
         scales: np.ndarray,
         current: ServerState,
         store: ClientStateStore,
+        plan: RoundPlan,
     ) -> tuple[list[WorkerResult], list[ClientResult], int]:
         """Train the buffer's clients, one ``run_round`` per model version they started from."""
         scale_of = {u.client: float(s) for u, s in zip(aggregation.updates, scales, strict=True)}
@@ -178,6 +180,7 @@ class BufferedRounds(RoundKind):
                 self.executor, self.algorithm, version, self.versions[version], store,
                 train=[u.client for u in aggregation.updates if u.version == version],
                 prepare=lambda tasks, v=version: self.deployment.prepare(v, tasks, rebase),
+                values=plan.values(version),
             )  # fmt: skip
             worker_results += done.worker_results
             download += done.bytes_down

@@ -166,7 +166,7 @@ def build_round_kind(
     """The round kind ``plan.kind`` for this run (checked by ``check_round_kind`` first);
     ``model_bytes``: each client's download in a round, for asynchronous transfer times."""
     if plan.kind == "exchange":
-        return ExchangeRounds(algorithm, cfg.seed, plan.lr.at, cfg.client.batch_size)
+        return ExchangeRounds(algorithm, cfg.seed, plan.values.lr_at, cfg.client.batch_size)
     if plan.kind == "buffered":
         timed = model_bytes is not None and cfg.system.times_network
         sizes = model_bytes() if timed else None

@@ -5,7 +5,8 @@ the results.
 server state and the store; evaluate and/or train; a held-out client, from
 ``federation.num_clients`` on, is evaluated as a newcomer with no state), lets the caller
 attach what the deployment decides (``prepare``), counts what the trained clients download,
-and runs the tasks through ``Executor.run_round``. Results come back ordered by client, so
+and runs the tasks through ``Executor.run_round`` with the round's scheduled values
+(``values``) beside the broadcast. Results come back ordered by client, so
 nothing depends on which worker ran which client.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.rounds.kind import sorted_results
+from fedsim.run_plan import ROUND_VALUES, RoundValues
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult
 from fedsim.storage import ClientStateStore
@@ -48,6 +50,7 @@ def dispatch(
     evaluate: Collection[int] = (),
     train: Collection[int] = (),
     prepare: Callable[[list[ClientTask]], None] | None = None,
+    values: RoundValues | None = None,
 ) -> Dispatched:
     """Run round ``round_idx``'s tasks of the clients in ``evaluate`` and ``train``, each
     from ``state`` (see the module docstring)."""
@@ -80,6 +83,8 @@ def dispatch(
     downloads = {
         t.client: algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
     }
+    if values is not None:  # the round's scheduled values travel with the broadcast
+        broadcast = {**broadcast, ROUND_VALUES: values}
     return Dispatched(executor.run_round(round_idx, broadcast, tasks), downloads)
 
 

@@ -40,8 +40,9 @@ class ExchangeRounds(RoundKind):
 
     def work(self, plan: RoundPlan, state: ServerState, store: ClientStateStore) -> RoundWork:
         done = dispatch(
-            self.executor, self.algorithm, plan.round, state, store, evaluate=plan.evaluated
-        )
+            self.executor, self.algorithm, plan.round, state, store,
+            evaluate=plan.evaluated, values=plan.values(),
+        )  # fmt: skip
         work = RoundWork(results=done.results, worker_results=done.worker_results)
         if plan.training:  # many gradient exchanges, after the round's evaluation
             trained, report = self.algorithm.train_round(state, self.context(plan.round))

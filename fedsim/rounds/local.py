@@ -105,6 +105,7 @@ class LocalRounds(RoundKind):
             prepare=lambda tasks: self.deployment.prepare(
                 plan.round, tasks, individual=self.gates
             ),
+            values=plan.values(),
         )  # fmt: skip
 
     def _timed_work(

@@ -36,7 +36,7 @@ from fedsim.metrics import best_and_final, time_to_accuracy
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
 from fedsim.rounds.result import RunResult
-from fedsim.run_plan import LearningRate
+from fedsim.run_plan import RunPlan
 from fedsim.runtime.executor import Executor
 from fedsim.storage import ClientStateStore
 from fedsim.tracking.base import RoundRecord, Sink
@@ -53,12 +53,12 @@ class RoundLoop:
         deployment: Deployment,
         num_classes: np.ndarray,
         sample_cohort: Callable[[int], list[int]],
-        lr: LearningRate | None = None,
+        plan: RunPlan,
     ):
-        """``lr``: the run plan's learning rate of each round (None: ``client.lr`` with its
-        schedule; a module's own optimizer sets its own base)."""
+        """``plan``: the run plan (each round's lr and scheduled values come from it)."""
         self.cfg, self.algorithm, self.kind, self.deployment = cfg, algorithm, kind, deployment
-        self.lr = LearningRate.from_config(cfg) if lr is None else lr
+        assert plan.values is not None, "resolve_run_plan gives every plan its values"
+        self.values = plan.values
         self.num_classes = num_classes  # classes each client holds (clients.csv; held-out too)
         self.sample_cohort = sample_cohort
         self.num_clients = len(num_classes)
@@ -75,7 +75,12 @@ class RoundLoop:
             if evaluating and (c >= members or self.algorithm.evaluates(c))
         ]
         cohort = self.sample_cohort(round_idx) if training else []
-        return RoundPlan(round_idx, training, frozenset(evaluated), frozenset(cohort))
+        # the round's scheduled algorithm keys, on the driver's algorithm (each worker sets
+        # its own copy's from the values that come with the round's broadcast)
+        self.algorithm.use_values(self.values.at(round_idx).algorithm)
+        return RoundPlan(
+            round_idx, training, frozenset(evaluated), frozenset(cohort), self.values
+        )
 
     def run(
         self,
@@ -132,8 +137,8 @@ class RoundLoop:
         summary.update(work.timing)
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
-        if plan.training and self.lr.scheduled:  # the lr every client used
-            summary["lr"] = self.lr.at(plan.round)
+        if plan.training:  # the lr every client used and the round's scheduled keys
+            summary.update(self.values.at(plan.round).recorded(self.values.lr_scheduled))
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)
@@ -207,6 +212,7 @@ class _Progress:
             self.history.append({"round": record.round, **record.summary})
             for sink in self.sinks:
                 sink.log_round(record)
+        loop.values.replay(self.history)  # adaptive values: their state after those rounds
 
     def commit(self, plan: RoundPlan, work: RoundWork, began: float) -> None:
         """Apply, record and checkpoint one round (with Ctrl-C / SIGTERM held back)."""
@@ -217,6 +223,7 @@ class _Progress:
             self.state = loop.kind.commit(plan, work, self.state, self.store)
         record = loop.record(plan, work, failed, diverged, began)
         self.history.append({"round": plan.round, **record.summary})
+        loop.values.observe(plan.round, record.summary)  # adaptive values see the round
         stopped: Stopped | None = None
         for sink in self.sinks:
             try:

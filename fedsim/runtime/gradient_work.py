@@ -20,7 +20,12 @@ from torch import nn
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput, gram
 from fedsim.runtime.curvature import hessian_top_eigenvalue
 from fedsim.runtime.training import gradient_client, seed_torch
-from fedsim.streams import CURVATURE_KIND, GRADIENT_SUBSET_KIND, STACKED_GRADIENT_KIND
+from fedsim.streams import (
+    CURVATURE_KIND,
+    GRADIENT_SUBSET_KIND,
+    STACKED_GRADIENT_KIND,
+    torch_seed,
+)
 
 
 class ClientWorker(Protocol):
@@ -41,16 +46,16 @@ def gradient(
     round_idx: int,
     broadcast: dict[str, Any],
     task: GradientTask,
-    torch_seed: int,
+    client_seed: int,
 ) -> TaskOutput:
     """One gradient task: the mean CE gradient at its parameters (default the broadcast's)
-    on its samples; a stacked task goes to ``stacked_gradients``. ``torch_seed``: the
+    on its samples; a stacked task goes to ``stacked_gradients``. ``client_seed``: the
     client's (dropout), from (seed, round, client) as in its training."""
     if task.stack is not None:
         return stacked_gradients(worker, round_idx, broadcast, task)
     worker.flat.copy_(broadcast["params"] if task.params is None else task.params)
     samples = task_samples(worker, round_idx, task, GRADIENT_SUBSET_KIND)
-    seed_torch(torch_seed, worker.device)
+    seed_torch(client_seed, worker.device)
     grad = torch.zeros_like(worker.flat)
     loss = gradient_client(
         worker.module,
@@ -66,11 +71,6 @@ def gradient(
         client=task.client, tag=task.tag, gradient=grad.to("cpu"), loss=loss,
         num_samples=len(samples),
     )  # fmt: skip
-
-
-def task_seed(seed: int, round_idx: int, client: int, kind: int, *key: int) -> int:
-    """Randomness of one task: (seed, round, client, kind, key...), never the worker."""
-    return int(np.random.SeedSequence([seed, round_idx, client, kind, *key]).generate_state(1)[0])
 
 
 def task_samples(
@@ -158,7 +158,7 @@ def stacked_gradients(
             continue
         (j,) = entries
         seed_torch(
-            task_seed(worker.spec.seed, round_idx, task.client, STACKED_GRADIENT_KIND, row, j),
+            torch_seed(worker.spec.seed, round_idx, task.client, STACKED_GRADIENT_KIND, row, j),
             worker.device,
         )
         grad = torch.zeros_like(worker.flat)
@@ -190,7 +190,7 @@ def curvature(
     """The top Hessian eigenvalue of the client's loss at the task's parameters."""
     worker.flat.copy_(broadcast["params"] if task.params is None else task.params)
     samples = task_samples(worker, round_idx, task, CURVATURE_KIND)
-    seed = task_seed(worker.spec.seed, round_idx, task.client, CURVATURE_KIND, task.key)
+    seed = torch_seed(worker.spec.seed, round_idx, task.client, CURVATURE_KIND, task.key)
     eigenvalue = hessian_top_eigenvalue(
         worker.module,
         worker.data,

@@ -18,14 +18,8 @@ from fedsim.runtime.training import (
     seed_torch,
     train_client,
 )
-from fedsim.streams import PROBE_BATCHES_KIND, PROBE_TRAIN_KIND
+from fedsim.streams import PROBE_BATCHES_KIND, PROBE_TRAIN_KIND, torch_seed
 from lightning_modules.hooks import ClientTerms
-
-
-def probe_seed(seed: int, round_idx: int, client: int, kind: int, key: int) -> int:
-    """Randomness of a probe's extra pass: (seed, round, client, kind, key), never the worker."""
-    state = np.random.SeedSequence([seed, round_idx, client, kind, key]).generate_state(1)
-    return int(state[0])
 
 
 class WorkerProbe:
@@ -57,7 +51,7 @@ class WorkerProbe:
         worker = self.worker
         samples = self.train_indices if indices is None else np.asarray(indices, np.int64)
         generator = torch.Generator().manual_seed(
-            probe_seed(worker.spec.seed, self.round_idx, self.client, PROBE_BATCHES_KIND, key)
+            torch_seed(worker.spec.seed, self.round_idx, self.client, PROBE_BATCHES_KIND, key)
         )
         size, out = worker.spec.batch_size, []
         for _ in range(epochs):
@@ -69,7 +63,7 @@ class WorkerProbe:
     def lr(self) -> float:
         """This round's lr from the run plan (the module's optimizer's first parameter group,
         times ``client.lr_schedule``'s factor): what the worker's main pass steps with."""
-        return self.worker.spec.lr.at(self.round_idx)
+        return self.worker.values.lr
 
     def train(
         self,
@@ -89,7 +83,7 @@ class WorkerProbe:
         if epochs < 1 or all(n in frozen_set for n, _ in module.named_parameters()):
             return params.detach().to("cpu", copy=True), 0.0
         worker.flat.copy_(params)
-        seed = probe_seed(worker.spec.seed, self.round_idx, self.client, PROBE_TRAIN_KIND, key)
+        seed = torch_seed(worker.spec.seed, self.round_idx, self.client, PROBE_TRAIN_KIND, key)
         seed_torch(seed, worker.device)
         with frozen_parameters(module, frozen):
             result = train_client(
@@ -101,8 +95,9 @@ class WorkerProbe:
                 generator=torch.Generator().manual_seed(seed),
                 device=worker.device,
                 terms=terms,
-                clip_grad_norm=worker.spec.clip_grad_norm,
-                lr_scale=worker.spec.lr.scale(self.round_idx),
+                clip_grad_norm=worker.clip_grad_norm,
+                lr_scale=worker.values.lr_scale,
+                optimizer_settings=worker.values.optimizer_settings,
                 bf16=worker.spec.bf16,
             )
         if label:  # the pass's own metrics, beside the main pass's: train/<label>/...

@@ -98,6 +98,7 @@ def train_client(
     bf16: bool = False,
     optimizer_state: dict[str, Any] | None = None,
     keep_optimizer_state: bool = False,
+    optimizer_settings: dict[str, float] | None = None,
 ) -> TrainResult:
     """SGD (or the module's own optimizer) over the client's samples, shuffled per epoch;
     stops at the first non-finite loss.
@@ -111,6 +112,8 @@ def train_client(
     ``on_before_optimizer_step``. ``clip_grad_norm``: each step's gradient is clipped to this
     L2 norm after those (where Lightning's Trainer clips). ``optimizer_state`` /
     ``keep_optimizer_state``: an algorithm that keeps a client's optimizer state between rounds.
+    ``optimizer_settings``: this round's scheduled ``client.momentum`` / ``weight_decay``,
+    set on every parameter group that has the setting.
     """
     module.train()
     optimizer, schedules = resolve_optimizers(module)
@@ -118,6 +121,9 @@ def train_client(
         optimizer.load_state_dict(optimizer_state)
     for group in optimizer.param_groups:
         group["lr"] = group.setdefault("initial_lr", group["lr"]) * lr_scale
+        for name, value in (optimizer_settings or {}).items():
+            if name in group:
+                group[name] = value
     step = _Step(module, optimizer, terms, clip_grad_norm, bf16)
     capture = LogCapture()
     capture_logs(module, capture)

@@ -32,7 +32,7 @@ from fedsim.deployment.client_stages import (
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
-from fedsim.run_plan import LearningRate, LocalEpochs, OptimizerSettings
+from fedsim.run_plan import ROUND_VALUES, LocalEpochs, OptimizerSettings, RoundValues, RunPlan
 from fedsim.runtime.client_eval import evaluate_client_models
 from fedsim.runtime.flops import CostMeter
 from fedsim.runtime.gradient_work import curvature, gradient, vmappable
@@ -48,12 +48,8 @@ from fedsim.runtime.training import (
     seed_torch,
     train_client,
 )
+from fedsim.streams import torch_seed
 from lightning_modules.flat_params import bind_flat_parameters
-
-
-def client_seed(seed: int, round_idx: int, client: int) -> int:
-    """A client's randomness depends only on (seed, round, client), never on the worker."""
-    return int(np.random.SeedSequence([seed, round_idx, client]).generate_state(1)[0])
 
 
 @dataclass
@@ -67,7 +63,6 @@ class WorkerSpec:
     eval_batch_size: int
     seed: int
     epochs: LocalEpochs = field(default_factory=LocalEpochs)  # each client's, from the plan
-    lr: LearningRate = field(default_factory=lambda: LearningRate(0.005))  # each round's
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     num_threads: int | None = None
     device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
@@ -77,6 +72,21 @@ class WorkerSpec:
     eval_model: str = "personal"  # eval.model: personal | global | both
     eval_after_training: bool = False  # eval.when=after_training: a trained client's kept model
     finetune_epochs: int = 1  # eval.finetune_epochs: a held-out client's adaptation
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan, algorithm: Algorithm, **settings: Any) -> WorkerSpec:
+        """The spec of ``plan`` (its model build and client work settings) for
+        ``algorithm``; ``settings``: the worker's own (threads, device) or other fields."""
+        assert plan.model is not None, "a worker needs the plan's model build"
+        return cls(
+            model_name=plan.model.name, model_kwargs=plan.model.kwargs,
+            model_args=plan.model.args, optimizer=plan.optimizer, algorithm=algorithm,
+            batch_size=plan.batch_size, eval_batch_size=plan.eval_batch_size,
+            seed=plan.seed, epochs=plan.epochs, clip_grad_norm=plan.clip_grad_norm,
+            bf16=plan.bf16, eval_model=plan.eval_model,
+            eval_after_training=plan.eval_after_training,
+            finetune_epochs=plan.finetune_epochs, count_flops=plan.count_flops, **settings,
+        )  # fmt: skip
     count_flops: bool = False  # eval.count_flops: each client's training FLOPs
 
 
@@ -147,10 +157,16 @@ class ClientWorker:
         self.algorithm = spec.algorithm
         self.class_counts = data.class_counts("train", newcomers=True)
         self.train_sizes = data.train_sizes(newcomers=True)
+        self.values = RoundValues(spec.optimizer.lr, 1.0)  # until a round's values come
         self.meter = CostMeter(spec.count_flops, self.device)  # eval.count_flops
 
     def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> WorkerResult:
-        """Run each task in order; client tasks reduce into one partial aggregate."""
+        """Run each task in order; client tasks reduce into one partial aggregate. The
+        round's scheduled values come with the broadcast (``RoundValues``)."""
+        values = broadcast.get(ROUND_VALUES)
+        if values is not None:
+            self.values = values
+            self.algorithm.use_values(values.algorithm)
         start = time.perf_counter()
         result = WorkerResult()
         for task in tasks:
@@ -174,6 +190,11 @@ class ClientWorker:
         result.busy_seconds = time.perf_counter() - start
         return result
 
+    @property
+    def clip_grad_norm(self) -> float | None:
+        """This round's ``client.clip_grad_norm`` (a scheduled one's value this round)."""
+        return self.values.client.get("clip_grad_norm", self.spec.clip_grad_norm)
+
     def _trained_params(self) -> torch.Tensor:
         """A CPU copy of the module's flat parameters."""
         return self.flat.detach().to("cpu", copy=True)
@@ -182,7 +203,7 @@ class ClientWorker:
         self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
     ) -> TaskOutput:
         """A gradient task (the probe's too), with the client's torch seed."""
-        seed = client_seed(self.spec.seed, round_idx, task.client)
+        seed = torch_seed(self.spec.seed, round_idx, task.client)
         return gradient(self, round_idx, broadcast, task, seed)
 
     def _evaluate(self, params: torch.Tensor, samples: np.ndarray) -> EvalResult:
@@ -296,7 +317,7 @@ class ClientWorker:
         plan's epochs and lr and the client's own seed (flipped labels for an attacker)."""
         client = task.client
         flipped = task.upload is not None and task.upload.flips_labels
-        seed = client_seed(self.spec.seed, round_idx, client)
+        seed = torch_seed(self.spec.seed, round_idx, client)
         seed_torch(seed, self.device)
         with frozen_parameters(self.module, plan.frozen):
             return train_client(
@@ -308,8 +329,9 @@ class ClientWorker:
                 generator=torch.Generator().manual_seed(seed),
                 device=self.device,
                 terms=plan.terms,
-                clip_grad_norm=self.spec.clip_grad_norm,
-                lr_scale=self.spec.lr.scale(round_idx),
+                clip_grad_norm=self.clip_grad_norm,
+                lr_scale=self.values.lr_scale,
+                optimizer_settings=self.values.optimizer_settings,
                 bf16=self.spec.bf16,
                 optimizer_state=plan.optimizer_state,
                 keep_optimizer_state=plan.keep_optimizer_state,

@@ -1,0 +1,77 @@
+"""Reading schedules from a config: which keys take one, and every value they give checked.
+
+A schedule (``fedsim/schedules.py``) replaces a number only on a key declared
+``checked(schedulable=True)``: one the algorithm or the worker reads afresh every round. A
+key fixed when the run is built (a layer count, a cluster count, a validation split) refuses
+one in one line that lists the keys beside it that take one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from fedsim.checks import field_check, field_schedulable
+from fedsim.errors import ConfigError
+from fedsim.schedules import Schedule, check_values, is_schedule, parse_schedule
+
+
+def schedulable_keys(cls: type) -> list[str]:
+    """The keys of dataclass ``cls`` that take a schedule."""
+    return [f.name for f in dataclasses.fields(cls) if field_schedulable(cls, f.name)]
+
+
+def _is_integer(tp: Any) -> bool:
+    return int in (tp, *typing.get_args(tp))
+
+
+def take_schedules(section: dict[str, Any], cls: type, prefix: str) -> dict[str, Schedule]:
+    """Each schedule of ``section`` (a raw config section read into ``cls``), by dotted key;
+    ``section`` keeps round 0's value in its place, so the key's own checks apply to it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    found: dict[str, Schedule] = {}
+    for name, value in list(section.items()):
+        if not is_schedule(value) or name not in names:
+            continue  # an unknown key is refused by the section's own build
+        key = f"{prefix}{name}"
+        if not field_schedulable(cls, name):
+            takes = ", ".join(schedulable_keys(cls)) or "none"
+            raise ConfigError(
+                key, value, "takes a number, not a schedule: it is fixed when the run is "
+                f"built (keys here that take a schedule: {takes})",
+            )  # fmt: skip
+        integer = _is_integer(hints[name])
+        schedule = parse_schedule(key, value, integer)
+        section[name] = int(schedule.initial) if integer else schedule.initial
+        found[key] = schedule
+    return found
+
+
+def check_schedules(cfg: Any) -> None:
+    """Every value each schedule of ``cfg`` gives (every round's, or an adaptive one's
+    range) passes its key's own check; the pairs a schedule cannot join are refused."""
+    c = cfg.client
+    for key, schedule in cfg.schedules.items():
+        section, name = key.split(".")
+        owner = cfg.algorithm.params if section == "algorithm" else getattr(cfg, section)
+        check_values(key, schedule, cfg.rounds, field_check(type(owner), name))
+    if "client.lr" in cfg.schedules and c.lr_schedule != "constant":
+        raise ConfigError(
+            "client.lr_schedule", c.lr_schedule,
+            "client.lr is given as a schedule already: leave client.lr_schedule constant",
+        )  # fmt: skip
+    owned = [k for k in ("client.lr", "client.momentum", "client.weight_decay")
+             if k in cfg.schedules]  # fmt: skip
+    if owned and c.optimizer is None:  # the module's own configure_optimizers decides them
+        raise ConfigError(
+            owned[0], cfg.schedules[owned[0]].to_dict(),
+            f"{cfg.model.name} defines its own configure_optimizers, which fedsim uses as it "
+            "is: a schedule of its settings belongs there (or in model.args)",
+        )  # fmt: skip
+    if "client.momentum" in cfg.schedules and c.optimizer != "sgd":
+        raise ConfigError(
+            "client.momentum", cfg.schedules["client.momentum"].to_dict(),
+            f"a momentum schedule acts only with client.optimizer=sgd (this run: {c.optimizer})",
+        )  # fmt: skip
