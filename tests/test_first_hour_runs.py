@@ -82,3 +82,32 @@ def test_3_the_default_is_auto_and_check_says_the_choice(two_cpus):
     assert load_config(None).runtime.executor == "auto"
     line = check_experiment(cfg)
     assert line.endswith("start-up)") and "executor local (auto: ~" in line
+
+
+def test_11_configure_optimizers_raising_on_model_args_is_one_line():
+    from types import SimpleNamespace
+
+    import pytorch_lightning as pl
+    import torch
+
+    from fedsim.errors import ConfigError
+    from fedsim.runtime.model_contract import check_model
+
+    class OwnLR(pl.LightningModule):
+        def __init__(self, lr):
+            super().__init__()
+            self.lr, self.layer = lr, torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.layer(x)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    cfg = load_config(None, ["model.args={lr: abc}", "client.lr=null"])
+    algorithm = SimpleNamespace(model_needs=(), trains_by_exchange=False)
+    with pytest.raises(ConfigError) as err:
+        check_model(cfg, OwnLR("abc"), algorithm, "cpu")
+    text = str(err.value)
+    assert err.value.key == "model.args" and "\n" not in text
+    assert "OwnLR.configure_optimizers raised TypeError" in text

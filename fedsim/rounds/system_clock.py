@@ -230,13 +230,9 @@ class SyncClock:
         """Attempt ``number`` of round ``round_idx`` at ``start`` (waiting for the first
         client a trace brings online, if none is)."""
         online = self.availability.online(start, step)
-        if not online.any():
-            later = self.availability.next_online(start)
-            if math.isinf(later):
-                raise RuntimeError(
-                    f"system.availability_trace: no client is online at or after t={start:g}"
-                )
-            if later > start:
+        if not online.any():  # wait for the first to come on; never again (a trace that
+            later = self.availability.next_online(start)  # ended): nobody, a short round
+            if start < later < math.inf:  # as with system.availability near 0
                 return self.select(round_idx, number, later, step)
         available = [int(c) for c in np.flatnonzero(online)]
         size = min(self.rules.selected_size, len(available))
