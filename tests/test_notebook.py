@@ -81,6 +81,8 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     assert f"{one_run['acc_weighted']:.4f}" in comparison  # its mean alone
     assert comparison.count("±") >= 5, comparison  # fedavg's two seeds: every column
     assert "no client rows: ['tiny-ended-early']" in text
+    hurt = outputs(notebook, "clients_hurt(")  # against the first run with client rows
+    assert hurt.count("% within noise") == 2 and "(final round)" in hurt, hurt
     assert "runs with a clock: none" in text  # these runs have no clock: against rounds
     images = sum(
         "image/png" in output.get("data", {})
