@@ -161,7 +161,7 @@ class LocalRounds(RoundKind):
 
 TRAINING_FIELDS = dict(
     train_loss=None, failed=False, state=None, individual=None, upload_bytes=0,
-    upload=None, train_seconds=0.0, sum_seconds=0.0,
+    upload=None, train_seconds=0.0, sum_seconds=0.0, flops=None, peak_memory=None,
 )  # fmt: skip
 
 
@@ -182,6 +182,7 @@ def _keep_training(result: ClientResult, earlier: ClientResult | None) -> Client
         result,
         evaluation=earlier.evaluation,
         global_evaluation=earlier.global_evaluation,
+        validation=earlier.validation,
         eval_seconds=earlier.eval_seconds,
         held_out=earlier.held_out,
     )
