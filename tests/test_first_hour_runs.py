@@ -111,3 +111,34 @@ def test_11_configure_optimizers_raising_on_model_args_is_one_line():
     text = str(err.value)
     assert err.value.key == "model.args" and "\n" not in text
     assert "OwnLR.configure_optimizers raised TypeError" in text
+
+
+def test_9_the_deployed_configs_header_says_what_its_rounds_keep():
+    """The header's numbers against the run's own clock (who is sampled, drops out, is late:
+    fixed by the seed and the trace, independent of training)."""
+    import re
+
+    from fedsim.rounds.clock_build import sync_clock
+    from fedsim.simulation import Simulation
+
+    path = Path(QUICKSTART).parent / "system" / "mnist5k-deployed.yaml"
+    header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines()
+                      if line.startswith("#"))  # fmt: skip
+    cfg = load_config(path, ["runtime.executor=local"])
+    sim = Simulation(cfg)
+    clock = sync_clock(cfg, sim.plan, sim.data.train_sizes())
+    size = int(sim.initial_params.numel()) * 4  # FedAvg sends the model each way
+    t, kept, dropped, late, sampled = 0.0, [], [], [], set()
+    for r in range(cfg.rounds):
+        a = clock.select(r, 0, t, r)
+        out = clock.settle(a, dict.fromkeys(a.trains, size), dict.fromkeys(a.trains, size))
+        kept.append(len(out.kept))
+        dropped.append(len(a.dropouts))
+        late.append(len(out.late))
+        sampled.add(len(a.selected))
+        t = out.end
+    assert f"samples {sampled.pop()} clients" in header and not sampled
+    assert f"keeps {min(kept)}-{max(kept)} reports, {round(sum(kept) / len(kept))} on av" in header
+    assert f"Dropouts ({min(dropped)}-{max(dropped)} a round)" in header
+    assert f"deadline ({min(late)}-{max(late)})" in header
+    assert not re.search(r"keeps the first 10 within", header)  # the old, wrong claim
