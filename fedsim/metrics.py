@@ -112,6 +112,25 @@ def cost_summary(flops: list[int], peak_bytes: list[int]) -> dict[str, float]:
     return out
 
 
+def cost_per_client_round(history: list[dict]) -> dict[str, dict[str, float]]:
+    """summary.json's ``cost`` of a run that counted FLOPs (``eval.count_flops``; else
+    empty): over its training rounds, the mean FLOPs of a trained client's local training
+    and the mean bytes one sent and received (``bytes_up`` / ``bytes_down`` over
+    ``num_trained``), and the largest peak GPU memory (GPU runs)."""
+    counted = [h for h in history if "flops_per_client" in h]
+    if not counted:
+        return {}
+    cost = {"flops_per_client_round": float(np.mean([h["flops_per_client"] for h in counted]))}
+    for key in ("bytes_up", "bytes_down"):
+        per = [h[key] / h["num_trained"] for h in counted if h.get("num_trained") and key in h]
+        if per:
+            cost[f"{key}_per_client_round"] = float(np.mean(per))
+    peaks = [h["peak_memory_mib"] for h in counted if "peak_memory_mib" in h]
+    if peaks:
+        cost["peak_memory_mib"] = float(max(peaks))
+    return {"cost": cost}
+
+
 def time_to_accuracy(history: list[dict], targets: list[float]) -> dict[str, dict]:
     """``{"rounds_to_acc": {"0.8": 12, ...}, "time_to_acc": {...}}``: for each target, the
     first evaluated round whose ``acc_weighted`` reaches it, and that round's ``sim_time``

@@ -92,6 +92,10 @@ def test_a_run_with_validation_and_flops_writes_both(tmp_path) -> None:
     assert all(r["val_accuracy"] != "" for r in rows)
     trained = [m for m in metrics if m["round"] < 2]
     assert all(m["flops_per_client"] > 0 for m in trained)
+    cost = summary["cost"]  # per client round, over the training rounds
+    assert cost["flops_per_client_round"] == np.mean([m["flops_per_client"] for m in trained])
+    up = np.mean([m["bytes_up"] / m["num_trained"] for m in trained])
+    assert cost["bytes_up_per_client_round"] == up and "peak_memory_mib" not in cost  # a CPU
 
 
 def test_validation_ratio_is_refused_in_one_line(capsys, tmp_path) -> None:

@@ -32,7 +32,7 @@ from fedsim.config import ExperimentConfig
 from fedsim.deployment.driver import Deployment, privacy_summary
 from fedsim.errors import ClientFailureError, error_line, show_value
 from fedsim.interrupts import Interruption, Stopped, deferred_interrupt, stop_reason, stop_signals
-from fedsim.metrics import best_and_final, time_to_accuracy
+from fedsim.metrics import best_and_final, cost_per_client_round, time_to_accuracy
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork
 from fedsim.rounds.records import divergence_error, failure_warning, round_record, round_summary
 from fedsim.rounds.result import RunResult
@@ -174,6 +174,7 @@ def run_summary(
     ``rounds_completed``: ``done``; a failed run's ``error`` line)."""
     summary: dict[str, Any] = {**best_and_final(history), "status": status}
     summary.update(time_to_accuracy(history, targets or []))
+    summary.update(cost_per_client_round(history))  # eval.count_flops: per client round
     privacy = privacy_summary(history)
     if privacy is not None:
         summary["privacy"] = privacy
