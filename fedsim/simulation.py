@@ -25,6 +25,8 @@ from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.data.holdout import hold_out
+from fedsim.data.lm_text import load_lm_dataset
+from fedsim.data.names import LM_DATASET_NAMES
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
@@ -61,6 +63,8 @@ def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> Federat
     if dataset is None and is_hf_name(d.name):
         hf = load_hf(hf_source(d), d.root)
         dataset = hf.dataset
+    elif dataset is None and d.name in LM_DATASET_NAMES:  # tokenized by data.tokenizer
+        dataset = load_lm_dataset(d, cfg.model.args)
     elif dataset is None:
         dataset = cached_dataset(d.name, d.root, d.download)
     if d.partition.name == NATURAL and d.max_samples is not None:

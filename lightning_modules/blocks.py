@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from torch import nn
 
+from lightning_modules.flat_params import has_frozen_base
+
+
+def _in_block(name: str, block: str) -> bool:
+    """``name`` is ``block`` itself or inside it (``block.`` ...)."""
+    return name == block or (name.startswith(block) and name[len(block)] == ".")
+
 
 def _owned(module: nn.Module, block: str) -> list[str]:
-    names = [n for n, _ in module.named_parameters() if n.split(".")[0] == block]
+    if has_frozen_base(module):
+        return [n for n, p in module.named_parameters() if _in_block(n, block) and p.requires_grad]
+    names = [n for n, _ in module.named_parameters() if _in_block(n, block)]
     names += [
-        n for n, b in module.named_buffers() if n.split(".")[0] == block and b.is_floating_point()
+        n for n, b in module.named_buffers() if _in_block(n, block) and b.is_floating_point()
     ]
     return names
 

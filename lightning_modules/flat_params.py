@@ -5,6 +5,11 @@ of one flat tensor, so loading a client's model is one ``copy_`` and reading it 
 ``clone`` — no state_dict pickling, no per-tensor loops. Part of a model is a list of
 [start, stop) ranges of that vector (``flat_ranges``), copied out and back with ``gather`` and
 ``scatter`` (algorithms keep personal parts this way; the client stages process an upload).
+
+A module that declares ``frozen_base = True`` (an adapter on a pretrained model: ``causal_lm.py``)
+travels as its trainable parameters only: the frozen weights and the buffers stay out of the
+vector, so they never train, travel, aggregate, count in bytes or go into a checkpoint. Which
+parameters are trainable is read when the layout is taken (when the module is built), once.
 """
 
 from __future__ import annotations
@@ -58,8 +63,22 @@ class ParamLayout:
         return {e.name: self.view(flat, e.name) for e in self.entries}
 
 
-def _float_state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+def has_frozen_base(module: nn.Module) -> bool:
+    """Whether ``module`` declares a frozen base: only its trainable parameters travel."""
+    return bool(getattr(module, "frozen_base", False))
+
+
+def state_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """The parameters in the module's flat vector, by name: all of them, or the trainable
+    ones of a module with a frozen base (what client terms read and pull)."""
     params = list(module.named_parameters())
+    return [(n, p) for n, p in params if p.requires_grad] if has_frozen_base(module) else params
+
+
+def _float_state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    params: list[tuple[str, torch.Tensor]] = list(state_parameters(module))
+    if has_frozen_base(module):
+        return params
     buffers = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
     return params + buffers
 

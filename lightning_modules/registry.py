@@ -21,6 +21,7 @@ MODELS: dict[str, str] = {
     "celeba_cnn": "lightning_modules.leaf_cnn:CelebaCNN",
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
     "mlp": "lightning_modules.mlp:MLP",
+    "causal_lm": "lightning_modules.causal_lm:CausalLM",
 }
 MODEL_NAMES = tuple(MODELS)
 SUMMARIES = {
@@ -31,6 +32,7 @@ SUMMARIES = {
     "celeba_cnn": "LEAF's CelebA CNN: 4 x (conv, BatchNorm, pool) + one FC (84x84 colour)",
     "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
     "mlp": "fully connected ReLU layers, model.hidden sizes (default 784-200-200-10 on digits)",
+    "causal_lm": "a pretrained causal LM (model.args.source; SmolLM2-135M) with a LoRA adapter",
 }
 ALLOWED = (
     f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a LightningModule "

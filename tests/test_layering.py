@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "fedsim.checks", "fedsim.sizes", "fedsim.plugins", "fedsim.figures", "fedsim.metrics",
         "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",
-        "fedsim.streams", "fedsim.schedules",
+        "fedsim.streams", "fedsim.schedules", "fedsim.pretrained",
     ),
     ("fedsim.data", "lightning_modules", "fedsim.storage", "fedsim.system"),
     ("fedsim.algorithm_params",),

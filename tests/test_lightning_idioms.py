@@ -102,7 +102,9 @@ def test_notes_say_what_an_algorithm_does_not_use(capsys) -> None:
     assert "note" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model", MODEL_NAMES)
+# causal_lm (a pretrained LM with an adapter) has no features(x): MOON and FedRoD refuse it
+# in one line (tests/test_lora_adapters.py)
+@pytest.mark.parametrize("model", [m for m in MODEL_NAMES if m != "causal_lm"])
 def test_every_built_in_model_gives_what_built_in_algorithms_need(model: str) -> None:
     shapes = {
         "resnet18": {"in_channels": 3, "num_classes": 10, "image_size": 32},

@@ -76,10 +76,11 @@ def output_weight_name(federation: FederationInfo) -> str:
         shape = federation.layout.by_name[name].shape
         if len(shape) == 2 and shape[0] == federation.num_classes:
             return name
-    raise ValueError(
-        f"no output-layer weight with {federation.num_classes} rows among the head parameters "
-        f"{federation.head_names}; cwFedAvg needs a Linear output layer"
-    )
+    raise ConfigError(
+        "algorithm.name", "cwfedavg", f"needs an output layer that is a Linear with one row "
+        f"per class ({federation.num_classes}); the model's top block holds "
+        f"{', '.join(federation.head_names[:4])}{' ...' if len(federation.head_names) > 4 else ''}",
+    )  # fmt: skip
 
 
 def estimated_proportions(weight: torch.Tensor) -> torch.Tensor:

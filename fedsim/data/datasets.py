@@ -25,6 +25,7 @@ from fedsim.data.names import (
     DATASET_NAMES,
     HF_PREFIX,
     IMAGE_DATASET_NAMES,
+    LM_DATASET_NAMES,
     TEXT_DATASET_NAMES,
     dataset_loader,
 )
@@ -109,6 +110,11 @@ def load_dataset(name: str, root: str | Path, download: bool = True) -> Dataset:
         from fedsim.data.hf import HFSource, load_hf
 
         return load_hf(HFSource(name)).dataset
+    if name in LM_DATASET_NAMES:  # with the default tokenizer (simulation: data.tokenizer)
+        from fedsim.data.lm_text import DEFAULT_MAX_LENGTH, load_shakespeare_lm
+        from fedsim.pretrained import SMOLLM2
+
+        return load_shakespeare_lm(str(root), SMOLLM2, DEFAULT_MAX_LENGTH, True)
     if name in TEXT_DATASET_NAMES:
         from fedsim.data.text import load_text_dataset
 

