@@ -1,7 +1,7 @@
 """What a client round costs (``eval.count_flops``): FedAvgCNN's FLOPs for one batch against a
 hand count of its convolutions and linear layers, and the algorithms' extra passes as the
 multiples they must be (Ditto's personal pass doubles a round; MOON adds two forwards of
-the representation)."""
+the representation; FedRep's head epoch, in ``client_start``, one forward)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,8 @@ def test_extra_passes_are_counted_as_the_right_multiples(tmp_path) -> None:
     assert ditto == {c: 2 * f for c, f in fedavg.items()}  # + its personal pass, 1 epoch
     moon, _ = _client_flops(tmp_path, "moon")  # + the global and the previous features
     assert moon == {c: (per_sample + 2 * features) * n for c, n in train.items()}
+    # FedRep: a head epoch (body frozen: a forward and the head's weight gradient), then a
+    # body epoch (head frozen: all but the head's weight gradient): one forward more
+    forward = features + linear(512, 10, 1)
+    fedrep, _ = _client_flops(tmp_path, "fedrep")
+    assert fedrep == {c: (per_sample + forward) * n for c, n in train.items()}

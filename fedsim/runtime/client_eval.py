@@ -36,4 +36,12 @@ def evaluate_client_models(
     return in_place
 
 
-__all__ = ["evaluate_client_models"]
+def evaluate_on_splits(worker: Any, out: Any, params: torch.Tensor, split: ClientSplit) -> None:
+    """``params`` on the client's test split into ``out.evaluation``, and on its validation
+    split, when it has one, into ``out.validation`` (a held-out client's newcomer model)."""
+    out.evaluation = worker._evaluate(params, split.test)
+    if len(split.val):  # eval.validation_ratio: the same model on its validation split
+        out.validation = worker._evaluate(params, split.val)
+
+
+__all__ = ["evaluate_client_models", "evaluate_on_splits"]

@@ -5,8 +5,11 @@ a GPU the peak memory of its training.
 counts every matrix product and convolution the work dispatches (forward and backward, the
 algorithm's extra passes included: Ditto's personal pass, MOON's forwards of the global and
 the previous model, FedRep's head epochs, pFedMe's inner steps), and adds the count to the
-client's result. Element-wise work (activations, the optimizer's update) is not counted,
-as in every FLOP count of a network. ``batch_flops`` is the same count for one batch.
+client's result. The worker counts a training client's ``client_start`` (where FedRep trains
+its head, and FedBABU fine-tunes before an evaluation), its main pass and ``client_finish``;
+evaluation itself is not counted. Element-wise work (activations, the optimizer's update) is
+not counted, as in every FLOP count of a network. ``batch_flops`` is the same count for one
+batch.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ class CostMeter:
         self.enabled, self.device = enabled, device
 
     @contextlib.contextmanager
-    def count(self, out: Any) -> Iterator[None]:
+    def count(self, out: Any, active: bool = True) -> Iterator[None]:
         """Adds the FLOPs of the block to ``out.flops`` and raises ``out.peak_memory`` to the
-        block's peak of allocated CUDA memory (bytes; ``out`` is a ``ClientResult``)."""
-        if not self.enabled:
+        block's peak of allocated CUDA memory (bytes; ``out`` is a ``ClientResult``); counts
+        nothing unless ``active`` (a client that does not train this round)."""
+        if not (self.enabled and active):
             yield
             return
         cuda = self.device.type == "cuda"

@@ -33,7 +33,7 @@ from fedsim.deployment.client_stages import (
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
 from fedsim.run_plan import ROUND_VALUES, LocalEpochs, OptimizerSettings, RoundValues, RunPlan
-from fedsim.runtime.client_eval import evaluate_client_models
+from fedsim.runtime.client_eval import evaluate_client_models, evaluate_on_splits
 from fedsim.runtime.flops import CostMeter
 from fedsim.runtime.gradient_work import curvature, gradient, vmappable
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
@@ -230,8 +230,9 @@ class ClientWorker:
         info = self._client_info(round_idx, task)
         if task.newcomer:
             return self._serve_newcomer(broadcast, task, info)
-        plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         out = ClientResult(client=task.client)
+        with self.meter.count(out, task.train):  # a trained client's passes (FedRep's head)
+            plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
         in_place = None  # the parameters evaluation left in the module
         if task.evaluate and not (task.train and self.spec.eval_after_training):
@@ -288,10 +289,7 @@ class ClientWorker:
             broadcast, task.payload, info, self.spec.finetune_epochs
         )
         out = ClientResult(client=task.client, held_out=True)
-        split = self.data.split(task.client)
-        out.evaluation = self._evaluate(params, split.test)
-        if len(split.val):  # eval.validation_ratio: the same model on its validation split
-            out.validation = self._evaluate(params, split.val)
+        evaluate_on_splits(self, out, params, self.data.split(task.client))
         out.eval_seconds = time.perf_counter() - began
         return out
 
