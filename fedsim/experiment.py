@@ -21,7 +21,13 @@ from fedsim.data.hf import accept as accept_hf_data
 from fedsim.errors import ClientFailureError, ConfigError, RunFailure
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
-from fedsim.run_folder import check_out_dir, default_run_dir, make_run_dir, run_failed
+from fedsim.run_folder import (
+    check_out_dir,
+    check_same_data,
+    default_run_dir,
+    make_run_dir,
+    run_failed,
+)
 from fedsim.runtime.executor_choice import ExecutorChoice, RunWork, choose_executor
 from fedsim.runtime.factory import check_runtime, make_executor
 from fedsim.simulation import Simulation
@@ -168,6 +174,7 @@ def prepare_run(
         run_dir = Path(out_dir) if out_dir is not None else Path("runs") / cfg.name
         check_out_dir(run_dir, resume=True, overwrite=False)
         checkpoint = resumable_checkpoint(cfg, run_dir, resume_changes)
+        check_same_data(run_dir, simulation.partition_info())  # an hf: file changed under it
     else:
         run_dir = Path(out_dir) if out_dir is not None else default_run_dir(cfg)
         check_out_dir(run_dir, resume=False, overwrite=overwrite)

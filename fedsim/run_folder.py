@@ -122,3 +122,31 @@ def _special_filesystem(path: Path) -> bool:
     return any(
         resolved == Path(root) or Path(root) in resolved.parents for root in ("/proc", "/sys")
     )
+
+
+def check_same_data(run_dir: Path, partition: dict) -> None:
+    """ConfigError when the data a resumed run reads now differs from what the run started
+    on: the digest of an ``hf:`` source's converted rows in ``run_dir/partition.json``
+    against ``partition`` (the data as read now). A file replaced or edited under a run would
+    otherwise continue its checkpoint on other rows without a word."""
+    try:
+        saved = _data_record(json.loads((Path(run_dir) / "partition.json").read_text()))
+    except (OSError, ValueError):
+        return  # no readable record: nothing to compare (a run from before digests)
+    now = _data_record(partition)
+    if "digest" not in saved or "digest" not in now:
+        return
+    if saved["digest"] != now["digest"]:
+        raise ConfigError(
+            "--resume", str(run_dir), f"the data changed since the run started: "
+            f"{now.get('source')} now reads as other rows (digest {now['digest'][:12]}, the "
+            f"run's {saved['digest'][:12]} in partition.json); resume on the data it started "
+            "from, or start a new run (--overwrite or another --out)",
+        )  # fmt: skip
+
+
+def _data_record(partition: object) -> dict:
+    """partition.json's record of an ``hf:`` source (``partition.data``), or {}."""
+    inner = partition.get("partition") if isinstance(partition, dict) else None
+    record = inner.get("data") if isinstance(inner, dict) else None
+    return record if isinstance(record, dict) else {}

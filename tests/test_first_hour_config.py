@@ -141,3 +141,27 @@ def test_19_pfllibs_ditto_curve_is_its_personalized_evaluations():
     assert record["n_evals"] == 42 and "extra_evals_after_training" not in record
     fedrep = curves("FedRep", personal)  # one evaluation a round: read as it is
     assert fedrep["acc"] == personal and "global_acc" not in fedrep
+
+
+def test_8_the_notebooks_curves_group_seeds_per_method(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from fedsim.tracking.run_groups import method_groups
+
+    def run(name, algorithm, seed, alpha=0.1):
+        config = {"name": name, "seed": seed, "algorithm": {"name": algorithm},
+                  "data": {"partition": {"alpha": alpha}}}  # fmt: skip
+        return SimpleNamespace(config=config, run_dir=tmp_path / f"{name}-{seed}")
+
+    runs = [run("ditto", "ditto", s) for s in (0, 1, 2)] + [run("fp", "fedper", 0),
+            run("fp-iid", "fedper", 0, alpha=1.0)]  # fmt: skip
+    groups = method_groups(runs)
+    assert [g.label for g in groups] == [
+        "ditto, seeds 0, 1, 2", "fp (fedper), seed 0", "fp-iid (fedper), seed 0"
+    ]  # fmt: skip
+    assert [len(g.runs) for g in groups] == [3, 1, 1] and [g.color for g in groups] == [0, 1, 2]
+    notebook = json.loads((README.parent / "notebooks" / "analysis.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in notebook["cells"]]
+    curves = next(s for s in sources if "acc_worst10" in s and "plt.subplots(1, 3" in s)
+    assert "method_groups(runs)" in curves and "label=run.label" not in curves

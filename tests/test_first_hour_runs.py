@@ -142,3 +142,23 @@ def test_9_the_deployed_configs_header_says_what_its_rounds_keep():
     assert f"Dropouts ({min(dropped)}-{max(dropped)} a round)" in header
     assert f"deadline ({min(late)}-{max(late)})" in header
     assert not re.search(r"keeps the first 10 within", header)  # the old, wrong claim
+
+
+def test_15_a_resume_on_changed_data_is_refused(tmp_path, capsys):
+    from fedsim.cli import main
+
+    csv = tmp_path / "rows.csv"
+    rows = [f"{i * 0.1:.1f},{(i * 7) % 5},{i % 2}" for i in range(80)]
+    csv.write_text("f0,f1,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    argv = ["run", QUICKSTART, "--no-progress", "--out", str(out), "runtime.executor=local",
+            f"data.name=hf:{csv}", "data.input_column=[f0,f1]", "data.num_clients=2",
+            "model.name=mlp", "model.hidden=[8]", "checkpoint_every=1", "eval_every=1"]  # fmt: skip
+    assert main([*argv, "rounds=1"]) == 0
+    rows[3] = "9.9,1,1"  # one row edited after the run started
+    csv.write_text("f0,f1,label\n" + "\n".join(rows) + "\n")
+    capsys.readouterr()
+    assert main([*argv, "rounds=2", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the data changed since the run started" in err
+    assert (out / "checkpoints").is_dir() and "round 1" not in (out / "metrics.jsonl").read_text()

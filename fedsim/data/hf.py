@@ -9,6 +9,7 @@ String labels become ids (sorted names; the map goes to partition.json); a
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.data import hf_cache, lm_text
+from fedsim.data import hf_cache
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
 from fedsim.data.hf_columns import (
     arrow_column,
+    data_digest,
     group_values,
     label_ids,
     numeric_columns,
@@ -68,8 +70,18 @@ def is_hf_name(name: str) -> bool:
     return name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX)
 
 
-@functools.lru_cache(maxsize=2)
 def load_hf(source: HFSource, cache_root: str | None = None) -> HFData:
+    """Read ``source`` into memory (see ``_load_hf``), once per version of its files in a
+    process: a file changed since (a notebook's second run) is read again."""
+    stamp = json.dumps(hf_cache.source_stamp(source.path)) if source.path.exists() else None
+    return _load_hf(source, cache_root, stamp)
+
+
+load_hf.cache_clear = lambda: _load_hf.cache_clear()  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=2)
+def _load_hf(source: HFSource, cache_root: str | None, stamp: str | None) -> HFData:
     """Read ``source`` into memory (raises a one-line ConfigError on bad input).
 
     With ``cache_root`` (``data.root``), a conversion cached there is memory-mapped instead,
@@ -105,7 +117,6 @@ def accept(data: Any) -> None:
     for other data, or when it was read from the cache)."""
     if is_hf_name(data.name):
         hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
-    lm_text.accept(data)  # data.name=shakespeare-lm: its tokens
 
 
 def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
@@ -131,6 +142,7 @@ def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, d
         "input_columns": list(source.input_columns),
         "label_column": source.label_column,
         "label_names": label_names,
+        "digest": data_digest(dataset, groups),  # a resume refuses data that changed
     }
     return dataset, groups, info
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = 1
+FORMAT = 2  # 2: partition.json's data digest in the cached record
 CACHE_DIR = "hf-cache"
 _KINDS: dict[str, type] = {}
 _pending: dict[Path, tuple[Any, Any, dict[str, Any]]] = {}  # the newest two, as load_hf keeps

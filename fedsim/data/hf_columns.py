@@ -89,3 +89,21 @@ def vector_column(table: Any, name: str) -> np.ndarray:
 def group_values(table: Any, name: str) -> np.ndarray:
     """Each row's ``data.partition.by`` value as Python objects (str, int...)."""
     return np.asarray(arrow_column(table, name).to_pylist(), dtype=object)
+
+
+def data_digest(dataset: Any, groups: np.ndarray | None) -> str:
+    """A digest of a converted dataset's arrays (inputs, labels) and each row's
+    ``data.partition.by`` value: a resumed run compares it with the run's partition.json,
+    so data that changed under a run is refused."""
+    import dataclasses
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    for field in dataclasses.fields(dataset):
+        value = getattr(dataset, field.name)
+        if isinstance(value, np.ndarray):
+            digest.update(f"{field.name}:{value.dtype}:{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).data)
+    if groups is not None:
+        digest.update("\x1f".join(map(str, groups.tolist())).encode())
+    return digest.hexdigest()
