@@ -37,7 +37,7 @@ from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.rounds.system_clock import sample_cohort
-from fedsim.run_plan import LocalEpochs, ModelBuild, resolve_run_plan
+from fedsim.run_plan import ModelBuild, resolve_run_plan
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
@@ -105,7 +105,6 @@ def federation_info(
     the defaults, one epoch each, batch 10)."""
     blocks = block_parameters(module)
     sizes = data.train_sizes()
-    epochs = LocalEpochs() if cfg is None else LocalEpochs.from_config(cfg)
     batch_size = 10 if cfg is None else cfg.client.batch_size
     clusters = data.partition.get("client_clusters")
     return FederationInfo(
@@ -121,7 +120,6 @@ def federation_info(
         client_clusters=clusters if clusters is None else clusters[: data.num_clients],
         newcomer_clusters=clusters if clusters is None else clusters[data.num_clients :],
         partition=str(data.partition.get("name", "")),
-        client_epochs=epochs.all(data.num_clients),
         batch_size=batch_size,
         buffer_names=[n for n, b in module.named_buffers() if b.is_floating_point()],
         batchnorm_names=batchnorm_names(module),

@@ -180,14 +180,18 @@ def module_federation(module: Any, class_counts: np.ndarray) -> FederationInfo:
     )
 
 
-def client_info(fed: FederationInfo, client: int, round_idx: int = 0, probe=None) -> ClientInfo:
-    """``Algorithm.client_info`` (the client's statistics in ``fed``), with a worker probe."""
+def client_info(
+    fed: FederationInfo, client: int, round_idx: int = 0, probe=None, epochs: int = 1
+) -> ClientInfo:
+    """``Algorithm.client_info`` (the client's statistics in ``fed``), with a worker probe and
+    its local ``epochs`` this round (the run plan's, as the worker gives them)."""
     return ClientInfo(
         client=client,
         num_train=int(fed.train_sizes[client]),
         class_counts=fed.class_counts[client],
         round=round_idx,
         probe=probe,
+        epochs=epochs,
     )
 
 
@@ -214,10 +218,12 @@ def run_round(
     states: Mapping[int, Any] | None = None,
     probes: Sequence[Any] | None = None,
     workers: Sequence[Sequence[int]] | None = None,
+    epochs: Sequence[int] | None = None,
 ):
     """Drive the seam like the runtime does: every client starts from the broadcast and
     'trains' to ``models[c]``; the sums are reduced per worker (``workers``: the clients of
-    each, default one worker for all) and merged in order; ``probes[c]``: client c's probe.
+    each, default one worker for all) and merged in order; ``probes[c]``: client c's probe;
+    ``epochs[c]``: client c's local epochs (default 1).
     Returns (new state, {client: update})."""
     trained = dict(models) if isinstance(models, Mapping) else dict(enumerate(models))
     states = states or {}
@@ -225,7 +231,8 @@ def run_round(
     updates, order, where = {}, [], []
     for worker, share in enumerate(workers or (tuple(trained),)):
         for c in share:
-            info = client_info(algo.federation, c, round_idx, probes[c] if probes else None)
+            probe = probes[c] if probes else None
+            info = client_info(algo.federation, c, round_idx, probe, epochs[c] if epochs else 1)
             plan = algo.client_start(broadcast, {}, states.get(c), info)
             updates[c] = algo.client_finish(plan, trained[c], states.get(c), info)
             order.append(updates[c])

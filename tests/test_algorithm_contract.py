@@ -29,6 +29,7 @@ import pytest
 import torch
 from helpers import assert_same, newcomers_unevaluated, untimed
 
+from fedsim.algorithm_params import example
 from fedsim.algorithms import ALGORITHMS
 from fedsim.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
 from fedsim.config import load_config
@@ -59,23 +60,18 @@ BASE = [
 ]
 # fedsim's own algorithms (tests may register test-only ones in the same session)
 BUILT_IN = sorted(n for n, c in ALGORITHMS.items() if c.__module__.startswith("fedsim."))
-# keys an algorithm has no default for (its ConfigError names them)
-REQUIRED = {
-    "fedprox": ["algorithm.mu=0.01"],
-    # the true clusters come from a clustered partition
-    "oracle": [
-        "data.partition.name=relabel",
-        "data.partition.base=dirichlet",
-        "data.partition.clusters=2",
-    ],
+# what the contract's small runs add to an algorithm's own example (fedsim.algorithm_params:
+# its declared smallest runnable example): settings that make its code paths run here
+COVERAGE = {
+    # two clusters on the contract's few clients, from a Dirichlet split
+    "oracle": ["data.partition.base=dirichlet", "data.partition.clusters=2"],
     # splits from round 0 with thresholds every update passes, so the contract covers a split
     "fc": ["algorithm.split_after=0", "algorithm.eps1=1e9", "algorithm.eps2=1e-9"],
     "ifca": ["algorithm.clusters=2"],
-    # keeps BatchNorm layers local: a model that has them
-    "fedbn": ["model.name=fedavg_cnn_bn"],
     # its peers join each step by algorithm.participation; join_ratio would not act
     "spcacw": ["join_ratio=1.0"],
 }
+REQUIRED = {name: [*example(name), *COVERAGE.get(name, [])] for name in BUILT_IN}
 # settings that only make a contract run cheaper, the code paths unchanged: FedBABU
 # fine-tunes 10 epochs before every evaluation by default (ten rounds' training each time),
 # SP-CACW estimates its curvature with 10 power iterations on 128 samples

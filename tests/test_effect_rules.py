@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedsim.algorithm_params import example
 from fedsim.config import load_config
 from fedsim.config.effects import DEPENDENT
 from fedsim.errors import ConfigError
@@ -183,8 +184,7 @@ def test_every_key_at_its_default_alone_validates(doc):
 ALGORITHM_DEFAULTS = [(n, k) for n in algorithm_names() for k in algorithm_keys(n)]
 # keys with no default (null: unset), which an algorithm requires, and what else it needs
 REQUIRED_KEYS = {("fedprox", "algorithm.mu")}
-NEEDS = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"],
-         "oracle": ["data.partition.name=relabel"]}  # fmt: skip
+NEEDS = {name: example(name) for name in algorithm_names()}  # each algorithm's own declaration
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import invoke_cli, stderr_lines
 
-from fedsim.algorithm_params import BUILTIN_NAMES
+from fedsim.algorithm_params import BUILTIN_NAMES, example
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["runtime.executor=local", "data.num_clients=8", "data.max_samples=400", "rounds=1"]
@@ -54,7 +54,11 @@ FEATURES: dict[str, list[str]] = {
     "eval-both": ["eval.model=both"],
     "after-training": ["eval.when=after_training"],
 }
-REQUIRED = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"]}
+# each algorithm's example (its own declaration), but a partition: the pairs vary that themselves
+REQUIRED = {
+    name: [o for o in example(name) if not o.startswith("data.partition.")]
+    for name in BUILTIN_NAMES
+}
 ALGORITHMS = {
     f"alg-{name}": [f"algorithm.name={name}", *REQUIRED.get(name, [])] for name in BUILTIN_NAMES
 }

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import newcomers_unevaluated, refused_check, run_local_and_ray, untimed
 
+from fedsim.algorithm_params import example_params
 from fedsim.config import load_config
 from fedsim.config.evaluation import holdout_count
 from fedsim.data.dataset_types import ImageDataset
@@ -283,7 +284,7 @@ def test_server_family_newcomers_get_the_global_model_untouched(name: str) -> No
 
     cls = ALGORITHMS[name]
     fed = federation([("w", (3,)), ("b", (2,))], sizes=[4, 6])
-    params = {"fedprox": {"mu": 0.01}}.get(name, {})
+    params = example_params(name)
     algorithm = cls(cls.Params(**params), fed)
     state = algorithm.init_state(torch.arange(5, dtype=torch.float32))
     broadcast = algorithm.broadcast(state)

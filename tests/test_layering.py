@@ -317,9 +317,9 @@ import sys
 from fedsim.algorithm_params import BUILTIN_NAMES
 from fedsim.config import load_config
 from fedsim.keys import all_keys, overview
-need = {"fedprox": ["algorithm.mu=0.01"], "oracle": ["data.partition.name=relabel"]}
+from fedsim.algorithm_params import example
 for name in BUILTIN_NAMES:
-    load_config("configs/quickstart.yaml", [f"algorithm.name={name}", *need.get(name, [])])
+    load_config("configs/quickstart.yaml", [f"algorithm.name={name}", *example(name)])
 all_keys(), overview()
 print(len(BUILTIN_NAMES), sorted(m for m in ("torch", "lightning", "ray") if m in sys.modules))
 """

@@ -77,7 +77,7 @@ class QuadraticProbe:
 def two_clients(params=(("a", (1,)), ("b", (1,)))):
     """A federation of clients 0 and 1 (4 samples, one epoch, batches of 2)."""
     fed = federation(list(params), [4, 4])
-    return dataclasses.replace(fed, client_epochs=[1, 1], batch_size=2)
+    return dataclasses.replace(fed, batch_size=2)
 
 
 def newcomer(fed, probe) -> ClientInfo:

@@ -168,11 +168,11 @@ def test_lgfedavg_global_layers_beyond_the_model_is_a_config_error():
 
 def test_fednova_steps_by_the_mean_local_steps_times_the_mean_normalized_update():
     fed = federation([("w", (2,))], SIZES)
-    fed = dataclasses.replace(fed, client_epochs=[1, 3], batch_size=10)
+    fed = dataclasses.replace(fed, batch_size=10)
     algo = FedNova(AlgorithmParams(), fed)
     x = torch.tensor([1.0, 1.0])
     y = [torch.tensor([0.0, 2.0]), torch.tensor([-17.0, 1.0])]
-    new, updates = run_round(algo, algo.init_state(x), y)
+    new, updates = run_round(algo, algo.init_state(x), y, epochs=[1, 3])
     # tau = epochs x ceil(n / batch): 1 x 1 and 3 x 3; p = 10/40, 30/40
     tau, p = [1, 9], [0.25, 0.75]
     d = [(x - y[k]) / tau[k] for k in range(2)]  # [1, -1] and [2, 0]
@@ -184,7 +184,7 @@ def test_fednova_steps_by_the_mean_local_steps_times_the_mean_normalized_update(
     assert not torch.allclose(new["params"], fedavg)
     assert updates[1].sums["tau"][1].item() == 9.0
     # equal local steps: FedNova is FedAvg
-    fed_equal = dataclasses.replace(fed, client_epochs=[1, 1], train_sizes=np.array([20, 20]))
+    fed_equal = dataclasses.replace(fed, train_sizes=np.array([20, 20]))
     algo = FedNova(AlgorithmParams(), fed_equal)
     new, _ = run_round(algo, algo.init_state(x), y)
     assert torch.allclose(new["params"], (y[0] + y[1]) / 2)
@@ -235,9 +235,10 @@ class QuadraticProbe:
         ]
 
 
-def own_loop_fed(epochs: int = 1) -> FederationInfo:
+def own_loop_fed() -> FederationInfo:
+    """Clients 0 and 1 (4 samples, batches of 2; one local epoch each: ClientInfo's)."""
     fed = federation([("w", (1,))], [4, 4])
-    return dataclasses.replace(fed, client_epochs=[epochs, epochs], batch_size=2)
+    return dataclasses.replace(fed, batch_size=2)
 
 
 def own_round(algo, x: float, state=None, probe=None):

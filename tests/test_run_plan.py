@@ -90,7 +90,7 @@ def test_the_simulation_hands_every_reader_the_plans_values():
     assert sim.worker_spec.epochs is plan.epochs and sim.worker_spec.optimizer is plan.optimizer
     assert sim.worker_spec.model_kwargs is plan.model.kwargs  # the one model build
     assert plan.values.at(2).lr_scale == plan.lr.scale(2)  # the lr travels with the round
-    assert sim.federation.client_epochs == [2, 1, 2, 1, 2, 1]
+    assert [plan.epochs.of(c) for c in range(6)] == [2, 1, 2, 1, 2, 1]  # the worker's ClientInfo
     assert len(sim.sample_cohort(0)) == plan.cohort_size == 3
     assert plan.lr.at(2) == pytest.approx(0.005 * 0.25)
 

@@ -176,7 +176,6 @@ BASE = [
     "runtime.executor=local",
     "runtime.device=cpu",
 ]
-NEEDS = {"fedprox": ["algorithm.mu=0.01"], "fedbn": ["model.name=fedavg_cnn_bn"]}
 NEEDS_BATCHNORM = ("fedbn",)
 OPTIONS = {  # column: the overrides that turn the option on (as docs/deployment.md uses them)
     "asynchronous": ["asynchronous.enabled=true", "asynchronous.buffer_size=4"],
@@ -210,6 +209,7 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
     """Per algorithm: ``ok`` or the one-line refusal, for every column of ``OPTIONS``."""
     import torch
 
+    from fedsim.algorithm_params import example
     from fedsim.config import load_config
     from fedsim.keys import algorithm_names
     from fedsim.simulation import build_data
@@ -220,7 +220,7 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
     data = build_data(load_config(None, BASE))
     rows = {}
     for name in algorithm_names():
-        own = [*BASE, f"algorithm.name={name}", *NEEDS.get(name, [])]
+        own = [*BASE, f"algorithm.name={name}", *example(name)]
         own = [o for o in own if not o.startswith("model.name=")] + [
             o for o in own if o.startswith("model.name=")
         ]

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import pkgutil
 from types import MappingProxyType, ModuleType
+from typing import Any
 
 from fedsim.algorithm_params.base import AlgorithmParams
 from fedsim.errors import ConfigError
@@ -53,6 +54,26 @@ ALGORITHM_BASE = "fedsim.algorithms.base.Algorithm"  # checked by name: no torch
 def summary(name: str) -> str:
     """The one-line summary of built-in ``name``: its params module's docstring's first line."""
     return MODULES[name].__doc__.strip().splitlines()[0]
+
+
+def example(name: str) -> list[str]:
+    """The overrides of ``name``'s smallest runnable example beside ``algorithm.name``: what a
+    default config needs to run it (a required key, a model or partition it needs), declared
+    once as ``EXAMPLE`` in its params module (a plug-in class: its ``EXAMPLE`` attribute)."""
+    source = MODULES.get(name) or CLASSES.get(name)
+    return list(getattr(source, "EXAMPLE", ()))
+
+
+def example_params(name: str) -> dict[str, Any]:
+    """The ``algorithm.*`` values of ``name``'s example, as its ``Params`` take them."""
+    import yaml
+
+    values = {}
+    for override in example(name):
+        key, _, value = override.partition("=")
+        if key.startswith("algorithm."):
+            values[key.removeprefix("algorithm.")] = yaml.safe_load(value)
+    return values
 
 
 def summaries() -> dict[str, str]:
@@ -106,6 +127,8 @@ __all__ = [
     "AlgorithmParams",
     "allowed_algorithms",
     "class_params",
+    "example",
+    "example_params",
     "params_class",
     "summaries",
     "summary",

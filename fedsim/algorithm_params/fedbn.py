@@ -7,3 +7,6 @@ without importing the algorithm). It has no keys of its own.
 from fedsim.algorithm_params.base import AlgorithmParams
 
 Params = AlgorithmParams
+# its smallest runnable example beside algorithm.name (it keeps BatchNorm layers local: a
+# model that has them); every test and the docs generator read it (algorithm_params.example)
+EXAMPLE = ("model.name=fedavg_cnn_bn",)

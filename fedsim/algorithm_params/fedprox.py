@@ -33,3 +33,6 @@ class FedProxParams(FedAvgParams):
 
 
 Params = FedProxParams
+# its smallest runnable example beside algorithm.name (mu has no default); every test and
+# the docs generator read it (algorithm_params.example)
+EXAMPLE = ("algorithm.mu=0.01",)

@@ -49,9 +49,7 @@ class FedNova(Algorithm):
         """tau_k: the client's local SGD steps this round (a_k of the official optimizer
         without momentum or proximal term)."""
         n = client.num_train if plan.train_indices is None else len(plan.train_indices)
-        epochs = plan.epochs
-        if epochs is None:
-            epochs = self.federation.client_epochs[client.client]
+        epochs = client.epochs if plan.epochs is None else plan.epochs
         return int(epochs) * math.ceil(n / self.federation.batch_size)
 
     def aggregate(

@@ -99,6 +99,9 @@ class ClientInfo:
     # (FedRep's head epochs) runs only when it is needed
     evaluates: bool = True
     trains: bool = True
+    # its local epochs this round (the run plan's: client.epochs / client.epochs_by_client);
+    # on the driver, which trains nobody, 1
+    epochs: int = 1
 
     @property
     def class_proportions(self) -> np.ndarray:
@@ -122,7 +125,6 @@ class FederationInfo:
     # the held-out clients' true clusters (eval.holdout_clients; ids num_clients.. in order)
     newcomer_clusters: list[int] | None = None
     partition: str = ""  # how clients got their data (data.partition.name, or natural)
-    client_epochs: list[int] = field(default_factory=list)  # local epochs of each client
     batch_size: int = 10  # client.batch_size (local steps: epochs x ceil(n_k / batch_size))
     buffer_names: list[str] = field(default_factory=list)  # float buffers (no gradient)
     # parameters and float buffers of the BatchNorm layers (FedBN keeps them on the client)

@@ -207,7 +207,7 @@ class OwnLoop(SharedPart):
 
     def epochs_of(self, plan: ClientPlan, client: ClientInfo) -> int:
         """The client's local epochs (``client.epochs`` / ``client.epochs_by_client``)."""
-        return int(self.federation.client_epochs[client.client])
+        return int(client.epochs)
 
     def epoch_batches(
         self, probe: ClientProbe, plan: ClientPlan, client: ClientInfo

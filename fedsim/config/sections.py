@@ -199,19 +199,26 @@ class ClientConfig:
     # the client learning rate; null: 0.005 for a model that takes client.* (the built-ins),
     # and for a module with its own configure_optimizers, its own (set it with model.args)
     lr: float | None = checked(
-        None, lambda v: v is None or v > 0, "must be > 0 (or null: the model's default)"
+        None,
+        lambda v: v is None or v > 0,
+        "must be > 0 (or null: the model's default)",
+        schedulable=True,
     )
     # sgd | adam | adamw; null: sgd for the built-ins, a module's own configure_optimizers
     optimizer: str | None = checked(
         None, lambda v: v is None or v in OPTIMIZERS, f"allowed: {', '.join(OPTIMIZERS)}"
     )
     batch_size: int = checked(10, lambda v: v >= 1, "must be >= 1")  # training batch size
-    momentum: float = checked(0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")  # SGD momentum
+    momentum: float = checked(  # SGD momentum
+        0.0, lambda v: 0 <= v < 1, "must be in [0, 1)", schedulable=True
+    )
     nesterov: bool = False  # SGD: Nesterov momentum (needs momentum > 0)
     betas: list = checked(  # adam / adamw: (beta1, beta2)
         predicate=_betas_ok, allowed="must be two numbers in [0, 1)", factory=lambda: [0.9, 0.999]
     )
-    weight_decay: float = checked(0.0, lambda v: v >= 0, "must be >= 0")  # L2 (adamw: decoupled)
+    weight_decay: float = checked(  # L2 (adamw: decoupled)
+        0.0, lambda v: v >= 0, "must be >= 0", schedulable=True
+    )
     # the FL per-round decay, applied by the driver to every client of a round: constant |
     # exponential (lr * lr_decay^round) | cosine (over rounds, to 0)
     lr_schedule: str = checked(
@@ -224,7 +231,7 @@ class ClientConfig:
     precision: Any = checked("32", lambda v: str(v) in PRECISIONS, "allowed: 32, bf16-mixed")
     eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
     clip_grad_norm: float | None = checked(  # clip each step's gradient to this L2 norm
-        None, lambda v: v is None or v > 0, "must be > 0 (or null: no clipping)"
+        None, lambda v: v is None or v > 0, "must be > 0 (or null: no clipping)", schedulable=True
     )
 
     def __post_init__(self) -> None:

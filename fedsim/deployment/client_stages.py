@@ -2,8 +2,9 @@
 
 The driver decides everything per task (``UploadJob``): what the client uploads (the
 algorithm's ``ModelUpload``), the stages' client steps in order (attack corruption,
-clipping, compression, local noise: ``fedsim/deployment/stages/``), whether it trains on
-flipped labels, and whether its sums go to the driver on their own. The worker applies the
+clipping, compression, local noise: ``fedsim/deployment/stages/``), how its training data
+looks to it (the stages' ``TrainingView``s: an attacker's flipped labels), and whether its
+sums go to the driver on their own. The worker applies the
 steps to the delta of the uploaded entries, relative to the model the client trained from,
 and rebuilds the trained model from the processed delta before ``client_finish`` sees it,
 so every sum the algorithm makes of it (FedVG's scored parts, FedPer's base, cwFedAvg's
@@ -14,11 +15,13 @@ carries no job and nothing here runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.algorithms.base import ModelUpload
-from fedsim.deployment.stages.base import ClientStep, StepContext
+from fedsim.deployment.stages.base import ClientStep, StepContext, TrainingView
 from lightning_modules.flat_params import gather, scatter
 
 
@@ -29,7 +32,7 @@ class UploadJob:
     seed: int
     model: ModelUpload | None = None  # what the client uploads (None: no model update)
     steps: tuple[ClientStep, ...] = ()
-    flips_labels: bool = False
+    views: tuple[TrainingView, ...] = ()  # what the client trains on, stage by stage
     individual: bool = False  # its sums go to the driver on their own, not in a partial sum
     need_delta: bool = False  # ... with its flat update (the anomaly filter, krum)
     # asynchronous rounds: the upload is rebuilt on this server model (the newest, not the
@@ -91,3 +94,17 @@ def upload_nbytes(algorithm_nbytes: int, report: UploadReport | None) -> int:
     if report is None or report.sparse_nbytes is None:
         return algorithm_nbytes
     return max(0, algorithm_nbytes - report.dense_nbytes) + report.sparse_nbytes
+
+
+def training_data(job: UploadJob | None, data: Any) -> Any:
+    """The data a client's main pass reads: ``data`` through the job's views, in order."""
+    for view in () if job is None else job.views:
+        data = view.data(data)
+    return data
+
+
+def training_counts(job: UploadJob | None, counts: np.ndarray) -> np.ndarray:
+    """The class counts the algorithm sees of a client's training data, through its views."""
+    for view in () if job is None else job.views:
+        counts = view.class_counts(counts)
+    return counts

@@ -62,7 +62,9 @@ class Deployment:
         check_deployment(cfg, algorithm, plan.server_cohort, plan.cohort_source, plan.num_clients)
         self.cfg, self.algorithm, self.seed = cfg, algorithm, cfg.seed
         sampled = plan.kind != "buffered"
-        self.stages = build_stages(cfg, plan.num_clients, plan.server_cohort, sampled)
+        self.stages = build_stages(
+            cfg, plan.num_clients, plan.server_cohort, sampled, algorithm.federation.num_classes
+        )
         self.attack = self.stage(AttackStage)
         self.individual = any(s.needs_individual for s in self.stages)
         self.need_delta = any(s.needs_delta for s in self.stages)
@@ -93,11 +95,12 @@ class Deployment:
                 continue
             c = task.client
             steps = (s.client_step(c, round_idx) for s in self.stages)
+            views = (s.training_view(c, round_idx) for s in self.stages)
             task.upload = UploadJob(
                 seed=self.seed,
                 model=decide_upload(self.algorithm, c, round_idx),
                 steps=tuple(step for step in steps if step is not None),
-                flips_labels=self.attack is not None and self.attack.flips_labels(c, round_idx),
+                views=tuple(view for view in views if view is not None),
                 individual=self.individual or rebase is not None or individual,
                 need_delta=self.need_delta,
             )
@@ -158,12 +161,14 @@ class Deployment:
             stage.load_state_dict(state)
 
 
-def build_stages(cfg: Any, num_clients: int, cohort_size: int, sampled: bool) -> list[UploadStage]:
+def build_stages(
+    cfg: Any, num_clients: int, cohort_size: int, sampled: bool, num_classes: int
+) -> list[UploadStage]:
     """The stages of the options that are set, in client order."""
     a, p, c, k = cfg.aggregation, cfg.privacy, cfg.compression, cfg.attack
     stages: list[UploadStage] = []
     if k.kind != "none":
-        stages.append(AttackStage(k, num_clients, cfg.seed))
+        stages.append(AttackStage(k, num_clients, cfg.seed, num_classes))
     clip = ClipStage(p, cfg.seed) if p.clip_norm is not None else None
     if clip is not None:
         stages.append(clip)

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import (
-    Algorithm,
     ClientInfo,
     ClientPlan,
     ClientState,
@@ -24,15 +23,16 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.data.federated import FederatedData
-from fedsim.deployment.attacks import LabelFlipped
 from fedsim.deployment.client_stages import (
     UploadJob,
     UploadReport,
     run_client_steps,
+    training_counts,
+    training_data,
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
-from fedsim.run_plan import ROUND_VALUES, LocalEpochs, OptimizerSettings, RoundValues, RunPlan
+from fedsim.run_plan import ROUND_VALUES, RoundValues
 from fedsim.runtime.client_eval import evaluate_client_models, evaluate_on_splits
 from fedsim.runtime.flops import CostMeter
 from fedsim.runtime.gradient_work import curvature, gradient, vmappable
@@ -48,46 +48,9 @@ from fedsim.runtime.training import (
     seed_torch,
     train_client,
 )
+from fedsim.runtime.worker_spec import WorkerSpec
 from fedsim.streams import torch_seed
 from lightning_modules.flat_params import bind_flat_parameters
-
-
-@dataclass
-class WorkerSpec:
-    """Everything a worker needs to build its module (picklable; the data travels apart)."""
-
-    model_name: str
-    model_kwargs: dict[str, Any]  # what fedsim passes: the data's shapes, client.* for FLModule
-    algorithm: Algorithm
-    batch_size: int
-    eval_batch_size: int
-    seed: int
-    epochs: LocalEpochs = field(default_factory=LocalEpochs)  # each client's, from the plan
-    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
-    num_threads: int | None = None
-    device: str = "cpu"  # "cuda" inside a GPU worker; results always come back on the CPU
-    clip_grad_norm: float | None = None  # client.clip_grad_norm: every local step's gradient
-    bf16: bool = False  # client.precision=bf16-mixed
-    model_args: dict[str, Any] = field(default_factory=dict)  # model.args (the constructor's)
-    eval_model: str = "personal"  # eval.model: personal | global | both
-    eval_after_training: bool = False  # eval.when=after_training: a trained client's kept model
-    finetune_epochs: int = 1  # eval.finetune_epochs: a held-out client's adaptation
-
-    @classmethod
-    def from_plan(cls, plan: RunPlan, algorithm: Algorithm, **settings: Any) -> WorkerSpec:
-        """The spec of ``plan`` (its model build and client work settings) for
-        ``algorithm``; ``settings``: the worker's own (threads, device) or other fields."""
-        assert plan.model is not None, "a worker needs the plan's model build"
-        return cls(
-            model_name=plan.model.name, model_kwargs=plan.model.kwargs,
-            model_args=plan.model.args, optimizer=plan.optimizer, algorithm=algorithm,
-            batch_size=plan.batch_size, eval_batch_size=plan.eval_batch_size,
-            seed=plan.seed, epochs=plan.epochs, clip_grad_norm=plan.clip_grad_norm,
-            bf16=plan.bf16, eval_model=plan.eval_model,
-            eval_after_training=plan.eval_after_training,
-            finetune_epochs=plan.finetune_epochs, count_flops=plan.count_flops, **settings,
-        )  # fmt: skip
-    count_flops: bool = False  # eval.count_flops: each client's training FLOPs
 
 
 @dataclass
@@ -243,7 +206,7 @@ class ClientWorker:
         if in_place is not plan.train_params:
             self.flat.copy_(plan.train_params)  # else evaluation left exactly these in place
         with self.meter.count(out):
-            trained = self._main_pass(round_idx, task, plan)
+            trained = self._main_pass(round_idx, task, plan, info)
         plan.optimizer_state = trained.optimizer_state
         out.logged = trained.logged
         out.train_loss = trained.mean_loss
@@ -295,34 +258,34 @@ class ClientWorker:
 
     def _client_info(self, round_idx: int, task: ClientTask) -> ClientInfo:
         client = task.client
-        counts = self.class_counts[client]  # held-out clients' too
-        flipped = task.upload is not None and task.upload.flips_labels
         return ClientInfo(
             client=client,
             num_train=int(self.train_sizes[client]),
-            # a label-flipping attacker's data has labels K-1-y: its statistics are of those
-            # (FedRoD's balanced softmax gave a flipped label of an absent class -inf)
-            class_counts=counts[::-1].copy() if flipped else counts,
+            # held-out clients' too; as the deployment stages make them look (an attacker's)
+            class_counts=training_counts(task.upload, self.class_counts[client]),
             round=round_idx,
             probe=WorkerProbe(self, client, round_idx),
             # evaluated after training: an evaluation-only personalization waits for it
             evaluates=task.evaluate and not (task.train and self.spec.eval_after_training),
             trains=task.train,
+            epochs=self.spec.epochs.of(client),
         )
 
-    def _main_pass(self, round_idx: int, task: ClientTask, plan: ClientPlan) -> TrainResult:
+    def _main_pass(
+        self, round_idx: int, task: ClientTask, plan: ClientPlan, info: ClientInfo
+    ) -> TrainResult:
         """The client's local training from the module's current parameters, with the run
-        plan's epochs and lr and the client's own seed (flipped labels for an attacker)."""
+        plan's epochs and lr and the client's own seed, on its data as the deployment stages
+        make it look (``training_data``: an attacker's flipped labels)."""
         client = task.client
-        flipped = task.upload is not None and task.upload.flips_labels
         seed = torch_seed(self.spec.seed, round_idx, client)
         seed_torch(seed, self.device)
         with frozen_parameters(self.module, plan.frozen):
             return train_client(
                 self.module,
-                LabelFlipped(self.data, self.data.num_classes) if flipped else self.data,
+                training_data(task.upload, self.data),
                 self.data.split(client).train if plan.train_indices is None else plan.train_indices,
-                epochs=self.spec.epochs.of(client) if plan.epochs is None else plan.epochs,
+                epochs=info.epochs if plan.epochs is None else plan.epochs,
                 batch_size=self.spec.batch_size,
                 generator=torch.Generator().manual_seed(seed),
                 device=self.device,

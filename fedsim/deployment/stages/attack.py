@@ -1,7 +1,8 @@
 """The attack stage (``attack.*``): a seeded share of the clients attacks.
 
-Client side: ``label_flip`` trains on flipped labels (the worker reads ``flips_labels``);
-the other kinds corrupt the upload's delta. Server side: the round's ``attackers``.
+Client side: ``label_flip`` trains on flipped labels (a ``TrainingView``: the worker applies
+it as it applies any stage's); the other kinds corrupt the upload's delta. Server side: the
+round's ``attackers``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.config import AttackConfig
-from fedsim.deployment.attacks import attackers, corrupt_delta
-from fedsim.deployment.stages.base import ClientStep, ServerAggregation, StepContext, UploadStage
+from fedsim.deployment.attacks import LabelFlipped, attackers, corrupt_delta
+from fedsim.deployment.stages.base import (
+    ClientStep,
+    ServerAggregation,
+    StepContext,
+    TrainingView,
+    UploadStage,
+)
 from fedsim.streams import ATTACK_NOISE_TAG
 
 
@@ -27,16 +35,32 @@ class CorruptDelta(ClientStep):
         return corrupt_delta(self.kind, delta, self.factor, seed)
 
 
+@dataclass(frozen=True)
+class FlippedLabels(TrainingView):
+    """label_flip: the client trains on labels K-1-y, and its statistics are of those (so
+    FedRoD's balanced softmax gives a flipped label of an absent class no -inf)."""
+
+    num_classes: int
+
+    def data(self, data: Any) -> Any:
+        return LabelFlipped(data, self.num_classes)
+
+    def class_counts(self, counts: np.ndarray) -> np.ndarray:
+        return counts[::-1].copy()
+
+
 class AttackStage(UploadStage):
-    def __init__(self, config: AttackConfig, num_clients: int, seed: int):
-        self.config = config
+    def __init__(self, config: AttackConfig, num_clients: int, seed: int, num_classes: int):
+        self.config, self.num_classes = config, num_classes
         self.attackers = set(attackers(config, num_clients, seed))
 
     def attacking(self, client: int, round_idx: int) -> bool:
         return client in self.attackers and round_idx >= self.config.start_round
 
-    def flips_labels(self, client: int, round_idx: int) -> bool:
-        return self.config.kind == "label_flip" and self.attacking(client, round_idx)
+    def training_view(self, client: int, round_idx: int) -> TrainingView | None:
+        if self.config.kind == "label_flip" and self.attacking(client, round_idx):
+            return FlippedLabels(self.num_classes)
+        return None
 
     def client_step(self, client: int, round_idx: int) -> ClientStep | None:
         if self.config.kind == "label_flip" or not self.attacking(client, round_idx):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsim.algorithms.sums import WeightedSum
@@ -42,6 +43,18 @@ class ClientStep:
 
     def apply(self, delta: torch.Tensor, context: StepContext) -> torch.Tensor:
         raise NotImplementedError
+
+
+class TrainingView:
+    """One stage's change to what a client trains on (picklable: it travels with the task):
+    the data its main pass reads and the class counts the algorithm sees of it. The worker
+    applies it without knowing which stage it is (label flipping, for one)."""
+
+    def data(self, data: Any) -> Any:
+        return data
+
+    def class_counts(self, counts: np.ndarray) -> np.ndarray:
+        return counts
 
 
 @dataclass
@@ -69,6 +82,10 @@ class UploadStage:
     needs_delta = False  # ... and its flat model update
 
     def client_step(self, client: int, round_idx: int) -> ClientStep | None:
+        return None
+
+    def training_view(self, client: int, round_idx: int) -> TrainingView | None:
+        """How the client's training data looks to it this round (None: as it is)."""
         return None
 
     def server(self, aggregation: ServerAggregation) -> None:
