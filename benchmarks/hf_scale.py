@@ -15,7 +15,12 @@ step in a fresh process so its peak memory is its own:
 Prints one line per step and a ``RESULT`` line; seconds per 1,000 trained samples compare
 the rounds ("registered clients must not slow a round").
 
+``--tabular`` measures instead the first conversion of a million tabular rows: a parquet
+file of 16 numeric columns, a label and a writer column (1,000 writers), read as natural
+clients for ``mlp`` (columns go from Arrow to numpy whole, not row by row).
+
     .venv/bin/python benchmarks/hf_scale.py [--folder /tmp/fedsim-femnist-size] [--workers 2]
+    .venv/bin/python benchmarks/hf_scale.py --tabular [--folder /tmp/fedsim-tabular]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 ROWS, WRITERS = 805_263, 3_597
+FOLDER = "/tmp/fedsim-femnist-size"
 MEAN, SPREAD = 224.0, 89.0  # samples per writer (LEAF's FEMNIST statistics)
 
 
@@ -67,6 +73,49 @@ def build_table(folder: Path) -> None:
 
     table = datasets.Dataset.from_generator(rows, features=features)
     table.save_to_disk(str(folder))
+
+
+TABULAR_ROWS, TABULAR_COLUMNS, TABULAR_WRITERS = 1_000_000, 16, 1_000
+
+
+def build_parquet(path: Path) -> None:
+    """A million rows: 16 float columns, a 10-class label, a writer column (1,000 writers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    columns = {f"f{i}": rng.normal(size=TABULAR_ROWS) for i in range(TABULAR_COLUMNS)}
+    columns["label"] = rng.integers(0, 10, TABULAR_ROWS)
+    writers = rng.integers(0, TABULAR_WRITERS, TABULAR_ROWS)
+    columns["writer"] = pa.array([f"w{w:04d}" for w in writers])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+
+
+def tabular(folder: Path) -> int:
+    """The first conversion of a million tabular rows (and the cache written), a cached start."""
+    import shutil
+
+    table = folder / "rows.parquet"
+    if not table.exists():
+        build_parquet(table)
+    root = folder / "root"
+    shutil.rmtree(root / "hf-cache", ignore_errors=True)
+    features = ",".join(f"f{i}" for i in range(TABULAR_COLUMNS))
+    overrides = [f"data.name=hf:{table}", f"data.root={root}", f"data.input_column=[{features}]",
+                 "data.partition.name=natural", "data.partition.by=writer",
+                 f"data.num_clients={TABULAR_WRITERS}", "data.min_samples=2", "model.name=mlp",
+                 "runtime.executor=local"]  # fmt: skip
+    convert = step("convert", overrides)
+    print(f"convert  {json.dumps(convert)}", flush=True)
+    cached = step("cached", overrides)
+    print(f"cached   {json.dumps(cached)}", flush=True)
+    print(
+        f"RESULT tabular rows={convert['samples']} clients={convert['clients']} "
+        f"convert_s={convert['build_s'] + convert['cache_write_s']:.1f} "
+        f"cached_start_s={cached['build_s']:.2f} driver_peak_mb={convert['driver_peak_mb']}"
+    )
+    return 0
 
 
 STEP = r"""
@@ -123,9 +172,12 @@ def step(name: str, overrides: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", default="/tmp/fedsim-femnist-size")
+    parser.add_argument("--folder", default=FOLDER)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tabular", action="store_true", help="a million tabular rows instead")
     args = parser.parse_args()
+    if args.tabular:
+        return tabular(Path(args.folder if args.folder != FOLDER else "/tmp/fedsim-tabular"))
     folder = Path(args.folder)
     table = folder / "femnist"
     if not (table / "dataset_info.json").exists():

@@ -165,3 +165,109 @@ def test_8_the_notebooks_curves_group_seeds_per_method(tmp_path):
     sources = ["".join(c["source"]) for c in notebook["cells"]]
     curves = next(s for s in sources if "acc_worst10" in s and "plt.subplots(1, 3" in s)
     assert "method_groups(runs)" in curves and "label=run.label" not in curves
+
+
+def test_4_flwr_datasets_is_installed_without_downgrading_datasets_or_rich():
+    """make setup installs flwr-datasets with --no-deps (its pins would downgrade datasets,
+    huggingface-hub and rich); its partitioners' tests then run, not skip."""
+    import tomllib
+    from importlib import metadata
+
+    root = README.parent
+    makefile = (root / "Makefile").read_text()
+    assert re.search(r"--no-deps flwr-datasets==0\.6\.1", makefile)
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = extras["optional-dependencies"]
+    assert not any("flwr-datasets" in dep for deps in extras.values() for dep in deps)
+    import flwr_datasets.partitioner  # noqa: F401 - importable beside fedsim's datasets
+
+    assert int(metadata.version("datasets").split(".")[0]) >= 5  # flwr-datasets wants < 5
+    assert int(metadata.version("rich").split(".")[0]) >= 15  # and < 15
+    assert int(metadata.version("huggingface-hub").split(".")[0]) >= 2
+
+
+# --- point 7: clients named as the data names them --------------------------------------------
+
+NATURAL_PARTITION = {
+    "partition": {"name": "natural", "by": "hospital", "clients": [
+        {"client": 0, "hospital": "st-mary", "samples": 9},
+        {"client": 1, "hospital": "charite", "samples": 7},
+    ]},
+    "clients": [{"client": 0, "train_class_counts": [3, 4]},
+                {"client": 1, "train_class_counts": [5, 0]}],
+}  # fmt: skip
+
+
+def test_7_client_names_come_from_the_data_and_survive_hold_out():
+    from fedsim.data.holdout import reorder_records
+    from fedsim.tracking.client_names import client_names
+
+    assert client_names(NATURAL_PARTITION) == {0: "st-mary", 1: "charite"}
+    # held-out: run ids close up, but the name is the client's id as drawn, as without it
+    order = [0, 2, 3, 1]  # client 1 held out: run id 3
+    held = {"partition": {"name": "iid", "holdout": {"partition_ids": order, "held_out": 1}}}
+    assert client_names(held) == {0: "0", 1: "2", 2: "3", 3: "1"}
+    assert client_names({"partition": {"name": "iid"}}) == {}  # ids are the names
+    natural_held = {"partition": reorder_records(NATURAL_PARTITION["partition"], [1, 0])}
+    assert client_names(natural_held) == {0: "charite", 1: "st-mary"}
+
+
+def test_7_clients_csv_and_the_label_plot_carry_the_names(tmp_path):
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedsim.tracking.base import ClientRow, RoundRecord
+    from fedsim.tracking.files import FileSink
+    from fedsim.tracking.label_plot import plot_label_distribution
+
+    sink = FileSink()
+    sink.start(tmp_path, {"eval": {}}, NATURAL_PARTITION)
+    rows = [ClientRow(client=c, round=0, accuracy=0.5, loss=1.0, n=4, classes=2) for c in (1, 0)]
+    sink.log_round(RoundRecord(0, {"acc_weighted": 0.5}, rows))
+    sink.close()
+    with open(tmp_path / "clients.csv", newline="") as handle:
+        written = list(csv.DictReader(handle))
+    assert [(r["client"], r["client_name"]) for r in written] == [
+        ("1", "charite"),
+        ("0", "st-mary"),
+    ]
+    fig = plot_label_distribution(plt, NATURAL_PARTITION, "run")
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["st-mary", "charite"]
+    plt.close(fig)
+
+
+def test_7_wandb_gets_a_client_name_column_and_named_lines(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from fedsim.config import WandbConfig
+    from fedsim.tracking.base import ClientRow, RoundRecord
+    from fedsim.tracking.wandb_sink import WandbSink
+
+    class Table:
+        def __init__(self, columns, data=None, log_mode=None):
+            self.columns, self.data = columns, list(data or [])
+
+        def add_data(self, *row):
+            self.data.append(list(row))
+
+    logged, lines = [], []
+    fake = SimpleNamespace(
+        Table=Table, Histogram=lambda values, num_bins: values,
+        plot=SimpleNamespace(line_series=lambda **kw: lines.append(kw["keys"])),
+    )  # fmt: skip
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    sink = WandbSink(WandbConfig(enabled=True))
+    sink.start(tmp_path, {}, NATURAL_PARTITION)  # disabled: no W&B run; the names are read
+    sink._wandb, sink.run = fake, SimpleNamespace(log=lambda data, step: logged.append(data))
+    rows = [ClientRow(client=c, round=1, accuracy=0.5, loss=1.0, n=4, classes=2) for c in (0, 1)]
+    sink.log_round(RoundRecord(1, {"acc_weighted": 0.5}, rows))
+    table = logged[-1]["clients/table"]
+    assert table.columns[-1] == "client_name" and [r[-1] for r in table.data] == [
+        "st-mary", "charite"
+    ]  # fmt: skip
+    assert lines and lines[0] == ["client st-mary", "client charite"]

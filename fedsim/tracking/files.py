@@ -11,6 +11,7 @@ from typing import IO, Any
 import yaml
 
 from fedsim.tracking.base import ClientRow, RoundRecord, Sink
+from fedsim.tracking.client_names import client_names, name_of
 
 
 class FileSink(Sink):
@@ -21,6 +22,7 @@ class FileSink(Sink):
         self._clients: IO[str] | None = None
         self._writer: csv.DictWriter | None = None
         self._fields: list[str] = []
+        self._names: dict[int, str] = {}
 
     def start(self, run_dir: Path, config: dict[str, Any], partition: dict[str, Any]) -> None:
         self.run_dir = run_dir
@@ -41,6 +43,11 @@ class FileSink(Sink):
         if not evaluation.get("count_flops"):  # in runs that count them only
             fields.remove("flops")
             fields.remove("peak_memory_mib")  # (measured on a GPU; empty on a CPU)
+        # the data's names for clients (a natural partition's writers, held-out clients' ids
+        # as drawn): a client_name column beside client, in runs that have them only
+        self._names = client_names(partition)
+        if self._names:
+            fields.insert(fields.index("client") + 1, "client_name")
         self._fields = fields
         self._writer = None  # the header waits for the first round: it names what was logged
 
@@ -49,6 +56,9 @@ class FileSink(Sink):
         self._metrics.write(json.dumps({"round": record.round, **record.summary}) + "\n")
         self._metrics.flush()
         rows = [_flat_row(row) for row in record.clients]
+        if self._names:
+            for row in rows:
+                row["client_name"] = name_of(self._names, row["client"])
         logged = sorted({k for r in rows for k in r if k.startswith("train/")})
         if self._writer is None or not set(logged) <= set(self._fields):
             self._start_columns(logged)

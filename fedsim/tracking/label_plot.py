@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.tracking.client_names import client_names, name_of
+
 BARS_UP_TO_CLIENTS = 60
 BARS_UP_TO_CLASSES = 20
 
@@ -25,8 +27,11 @@ def train_class_counts(partition: dict[str, Any]) -> np.ndarray:
     return np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)
 
 
-def draw_label_distribution(plt: Any, counts: np.ndarray, label: str) -> Any:
-    """The figure for ``counts`` (clients x classes); ``label`` names the run."""
+def draw_label_distribution(
+    plt: Any, counts: np.ndarray, label: str, names: list[str] | None = None
+) -> Any:
+    """The figure for ``counts`` (clients x classes); ``label`` names the run; ``names``:
+    each client's name from the data (its bar is labelled with it; None: its id)."""
     clients, classes = counts.shape
     title = f"{label}: training labels of each client ({clients} clients, {classes} classes)"
     if clients == 0:
@@ -44,7 +49,10 @@ def draw_label_distribution(plt: Any, counts: np.ndarray, label: str) -> Any:
         ax.set_xlabel("client")
         ax.set_ylabel("training samples")
         ax.set_xlim(-0.6, clients - 0.4)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        if names is not None and len(names) == clients:  # the data's names for its clients
+            ax.set_xticks(np.arange(clients), names, rotation=60, ha="right", fontsize=7)
+        else:
+            ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(title="class", fontsize=7, title_fontsize=8, ncol=1 if classes <= 10 else 2,
                   loc="upper left", bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     else:
@@ -65,5 +73,9 @@ def draw_label_distribution(plt: Any, counts: np.ndarray, label: str) -> Any:
 
 
 def plot_label_distribution(plt: Any, partition: dict[str, Any], label: str) -> Any:
-    """``draw_label_distribution`` on partition.json's training class counts."""
-    return draw_label_distribution(plt, train_class_counts(partition), label)
+    """``draw_label_distribution`` on partition.json's training class counts, the clients
+    named as the data names them (``client_names``), where it does."""
+    counts = train_class_counts(partition)
+    names = client_names(partition)
+    shown = [name_of(names, c) for c in range(len(counts))] if names else None
+    return draw_label_distribution(plt, counts, label, shown)

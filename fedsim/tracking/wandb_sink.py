@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 
 from fedsim.config import WandbConfig
 from fedsim.tracking.base import RoundRecord, Sink
+from fedsim.tracking.client_names import client_names, name_of
 
 DEFAULT_HOST = "https://api.wandb.ai"
 CLIENT_TABLE_COLUMNS = ["client", "round", "accuracy", "loss", "n", "classes", "weight"]
@@ -112,6 +113,8 @@ class WandbSink(Sink):
         self._charted = -1  # the round the charts were last logged at
         # seen / unseen / global weighted accuracy per evaluated round (eval.*): one panel
         self._evaluation: dict[str, list[tuple[int, float]]] = {}
+        self._names: dict[int, str] = {}  # client_names (set by start)
+        self._columns = list(CLIENT_TABLE_COLUMNS)
 
     # --- guarded calls ---
     def _guard(self, what: str, fn: Any, *args: Any) -> None:
@@ -135,6 +138,8 @@ class WandbSink(Sink):
     def start(self, run_dir: Path, config: dict[str, Any], partition: dict[str, Any]) -> None:
         """Open the W&B run in ``run_dir/wandb``; on any failure continue without W&B."""
         self.run_dir = Path(run_dir)
+        self._names = client_names(partition)  # client_name: the data's names for clients
+        self._columns = CLIENT_TABLE_COLUMNS + ["client_name"] * bool(self._names)
         self.mode, reason = resolve_mode(self.cfg.mode)
         if self.mode == "disabled":
             return
@@ -214,6 +219,7 @@ class WandbSink(Sink):
         data["num_failed"] = len(record.summary.get("failed_clients") or [])
         rows = [
             [c.client, c.round, c.accuracy, c.loss, c.n, c.classes, c.weight]
+            + [name_of(self._names, c.client)] * bool(self._names)
             for c in sorted(record.clients, key=lambda c: c.client)
         ]
         for key, label in EVALUATION_LINES.items():
@@ -249,7 +255,7 @@ class WandbSink(Sink):
             data[f"{SECTION}/{metric}"] = wandb.plot.line_series(
                 xs=[[r for r, _ in by_client[c]] for c in clients],
                 ys=[[v for _, v in by_client[c]] for c in clients],
-                keys=[f"client {c}" for c in clients],
+                keys=[f"client {name_of(self._names, c)}" for c in clients],
                 title=f"{metric} per client",
                 xname="round",
             )
@@ -269,7 +275,7 @@ class WandbSink(Sink):
         wandb = self._wandb
         if self._table is None and not self._rows:
             try:
-                self._table = wandb.Table(columns=CLIENT_TABLE_COLUMNS, log_mode="INCREMENTAL")
+                self._table = wandb.Table(columns=self._columns, log_mode="INCREMENTAL")
                 self._incremental = True
             except TypeError:
                 self._incremental = False
@@ -295,7 +301,7 @@ class WandbSink(Sink):
         wandb = self._wandb
         data: dict[str, Any] = {}
         if self._rows:  # no incremental tables in this wandb: every row in one table
-            data[f"{SECTION}/table"] = wandb.Table(columns=CLIENT_TABLE_COLUMNS, data=self._rows)
+            data[f"{SECTION}/table"] = wandb.Table(columns=self._columns, data=self._rows)
         if self._charted != self._last_step:  # the charts with every round, also of a stopped run
             self._add_charts(data, self._last_step)
         if self._finished:
