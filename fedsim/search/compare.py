@@ -155,7 +155,8 @@ def versus(method: Method, reference: Method) -> dict[str, Any]:
     if not pairs or method is reference:
         return {}
     hurt: list[HurtSummary] = [clients_hurt(run, ref) for run, ref in pairs]
-    out: dict[str, Any] = {"reference": reference.label, "pairs": len(pairs),
+    seeds = sorted(set(method.runs) & set(reference.runs))
+    out: dict[str, Any] = {"reference": reference.label, "pairs": len(pairs), "seeds": seeds,
                            "selection": hurt[0].selection, "hurt": hurt}  # fmt: skip
     for share in ("worse", "better", "within", "worst_loss"):
         out[share] = float(np.mean([getattr(h, share) for h in hurt]))

@@ -149,9 +149,10 @@ def write_comparison(methods: list[Method], references: list[str], out: Path) ->
     written.append(plot_methods(rows, methods, out / "plots" / "methods.png"))
     for ref, vs in against.items():
         if vs:
-            pairs = [(r["label"], r["hurt"][0]) for r in vs]
-            name = "".join(ch if ch.isalnum() else "_" for ch in ref).strip("_")
-            written.append(plot_clients_hurt(pairs, ref, out / "plots" / f"clients_vs_{name}.png"))
+            pairs = [(r["label"], r["hurt"][0]) for r in vs]  # the lowest paired seed's
+            name = "_".join("".join(c if c.isalnum() else " " for c in ref).split())
+            path = out / "plots" / f"clients_vs_{name}.png"
+            written.append(plot_clients_hurt(pairs, ref, path, f"seed {vs[0]['seeds'][0]}"))
     return written
 
 

@@ -100,9 +100,11 @@ def clients_hurt(run: RunData, reference: RunData, held_out: bool = False) -> Hu
     return HurtSummary(np.array(common, dtype=np.int64), p_a - p_r, noise, selection)
 
 
-def plot_clients_hurt(pairs: list[tuple[str, HurtSummary]], reference: str, path: Path) -> Path:
+def plot_clients_hurt(
+    pairs: list[tuple[str, HurtSummary]], reference: str, path: Path, note: str = ""
+) -> Path:
     """Sorted per-client differences, one line per ``(label, summary)``, the noise band of
-    each client shaded, saved to ``path``."""
+    each client shaded, saved to ``path``; ``note`` (e.g. the seed) goes into the title."""
     from fedsim.tracking.report import pyplot, save_figure
 
     plt = pyplot()
@@ -123,7 +125,8 @@ def plot_clients_hurt(pairs: list[tuple[str, HurtSummary]], reference: str, path
     ax.set_xlabel("clients, sorted by difference (fraction)")
     ax.set_ylabel(f"accuracy minus {reference} (points)")
     selection = pairs[0][1].selection if pairs else ""
-    ax.set_title(f"per-client difference vs {reference} ({selection}); band: noise", fontsize=9)
+    where = ", ".join(w for w in (selection, note) if w)
+    ax.set_title(f"per-client difference vs {reference} ({where}); band: noise", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
