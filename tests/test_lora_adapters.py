@@ -203,6 +203,15 @@ def test_personalization_runs_on_adapters(tiny, data_root, tmp_path, algorithm, 
                    if isinstance(v, torch.Tensor))  # fmt: skip
 
 
+def test_held_out_roles_get_the_global_adapter(tiny, data_root, tmp_path):
+    run_experiment(lm_config(tiny, data_root, "data.num_clients=4", "eval.holdout_clients=0.25"),
+                   tmp_path / "run", progress=False, report=False)  # fmt: skip
+    last = metrics(tmp_path / "run")[-1]
+    assert 0 <= last["unseen/acc_weighted"] <= 1 and np.isfinite(last["participation_gap"])
+    rows = (tmp_path / "run" / "clients.csv").read_text().splitlines()[1:]
+    assert {row.split(",")[0] for row in rows} == {"0", "1", "2", "3"}  # the held-out one too
+
+
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [("cwfedavg", "Linear with one row per class"), ("fedrod", "one Linear with a bias"),
