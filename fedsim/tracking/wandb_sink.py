@@ -292,7 +292,8 @@ class WandbSink(Sink):
         self._finished = True
 
     def _finish(self, summary: dict[str, Any]) -> None:
-        for which in ("best", "final", "best_on_test"):  # best_on_test: runs with validation
+        # best_on_test: runs with validation; cost: with eval.count_flops (per client round)
+        for which in ("best", "final", "best_on_test", "cost"):
             for key, value in (summary.get(which) or {}).items():
                 self.run.summary[f"{which}/{key}"] = value
         self.run.summary["selected_on"] = summary.get("selected_on", "test")  # best's selection
