@@ -12,11 +12,11 @@ from helpers import lent_ray_executor, refused_check, untimed
 from fedsim.algorithms.base import ModelUpload
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
-from fedsim.deployment.client_stages import UploadJob, run_client_steps, upload_nbytes
 from fedsim.deployment.stages.attack import CorruptDelta
 from fedsim.deployment.stages.clip import ClipDelta
 from fedsim.deployment.stages.compress import Compress, CompressStage
 from fedsim.deployment.stages.noise import LocalNoise
+from fedsim.deployment.upload import UploadJob, run_client_steps, upload_nbytes
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.training import train_client
 from fedsim.simulation import Simulation, build_data, cached_dataset

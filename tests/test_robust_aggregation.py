@@ -1,7 +1,7 @@
 """Robust rules and the anomaly filter on tiny hand-made updates (every number by hand).
 
 The rules (fedsim/deployment/robust.py) and the server stage that feeds their results to an
-algorithm as ordinary weighted sums (fedsim/deployment/server_stages.py).
+algorithm as ordinary weighted sums (fedsim/deployment/stages/robust.py, stages/noise.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import torch
 
 from fedsim.config import AggregationConfig
 from fedsim.deployment import robust
-from fedsim.deployment.server_stages import add_central_noise, robust_sums
+from fedsim.deployment.stages.noise import add_central_noise
+from fedsim.deployment.stages.robust import robust_sums
 
 
 def rows(*values) -> torch.Tensor:

@@ -20,7 +20,6 @@ import torch
 from fedsim.algorithms.base import Algorithm
 from fedsim.algorithms.sums import WeightedSum, merge_sums
 from fedsim.deployment.checks import check_deployment
-from fedsim.deployment.client_stages import UploadJob
 from fedsim.deployment.decision import decide_upload
 from fedsim.deployment.stages.attack import AttackStage
 from fedsim.deployment.stages.base import ServerAggregation, UploadStage
@@ -28,6 +27,7 @@ from fedsim.deployment.stages.clip import ClipStage
 from fedsim.deployment.stages.compress import CompressStage
 from fedsim.deployment.stages.noise import NoiseStage
 from fedsim.deployment.stages.robust import RobustStage
+from fedsim.deployment.upload import UploadJob
 from fedsim.run_plan import RunPlan
 
 

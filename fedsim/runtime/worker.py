@@ -23,7 +23,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.data.federated import FederatedData
-from fedsim.deployment.client_stages import (
+from fedsim.deployment.upload import (
     UploadJob,
     UploadReport,
     run_client_steps,

@@ -15,6 +15,8 @@ so the last thing a client did to its update is the first thing the server sees.
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ class StepContext:
     seed: int
     round: int
     client: int
-    report: Any  # the client's UploadReport (fedsim/deployment/client_stages.py)
+    report: Any  # the client's UploadReport (fedsim/deployment/upload.py)
     sparse: Sparse | None = None  # set by compression: later steps act on its values only
 
 
@@ -96,3 +98,8 @@ class UploadStage:
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Start afresh (None) or continue from a checkpoint's ``state_dict``."""
+
+
+def is_model_sum(key: str, patterns: Iterable[str]) -> bool:
+    """Whether sum ``key`` is a mean of the model upload (one of the algorithm's ``patterns``)."""
+    return any(fnmatch.fnmatchcase(key, p) for p in patterns)

@@ -9,17 +9,24 @@ client's participations and the ``epsilon`` spent so far (None where no guarante
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fedsim.algorithms.base import WeightedSum
 from fedsim.config import PrivacyConfig
 from fedsim.deployment.privacy import gaussian_noise
-from fedsim.deployment.server_stages import add_central_noise
-from fedsim.deployment.stages.base import ClientStep, ServerAggregation, StepContext, UploadStage
-from fedsim.streams import LOCAL_NOISE_TAG
+from fedsim.deployment.stages.base import (
+    ClientStep,
+    ServerAggregation,
+    StepContext,
+    UploadStage,
+    is_model_sum,
+)
+from fedsim.streams import CENTRAL_NOISE_TAG, LOCAL_NOISE_TAG
 
 
 @dataclass(frozen=True)
@@ -103,3 +110,32 @@ class NoiseStage(UploadStage):
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         self.participation = dict((state or {}).get("participation") or {})
+
+
+def add_central_noise(
+    sums: dict[str, WeightedSum],
+    patterns: tuple[str, ...],
+    max_weights: dict[str, float],
+    std: float,
+    seed: int,
+    round_idx: int,
+) -> None:
+    """Add one N(0, (std * max weight)^2) draw to every model sum, in place.
+
+    A client's clipped update moves a weighted sum by at most C times its weight, so the
+    noise scales with the largest weight in the sum (uniform weights: exactly z * C).
+    """
+    if std <= 0:
+        return
+    for key, total in sums.items():
+        if total.value is None or not is_model_sum(key, patterns):
+            continue
+        scale = std * max_weights.get(key, 1.0)
+        draw = gaussian_noise(
+            total.value.numel(), scale, [seed, round_idx, CENTRAL_NOISE_TAG, _key_id(key)]
+        )
+        total.value = total.value + draw.to(torch.float64).reshape(total.value.shape)
+
+
+def _key_id(key: str) -> int:
+    return zlib.crc32(key.encode())
