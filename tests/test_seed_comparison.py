@@ -129,3 +129,24 @@ def test_compare_reads_seeds_pairs_them_and_writes_the_table(tmp_path) -> None:
     assert all(p.is_file() for p in written)
     with pytest.raises(ConfigError, match="--reference='local': matches no method"):
         write_comparison(methods, ["local"], tmp_path / "out")
+
+
+def test_reproduce_tables_end_with_the_comparison(tmp_path) -> None:
+    from ray_jobs.reproduce import RunSpec, write_results
+
+    specs, summaries = [], []
+    for label, algorithm, acc in (("m", "ditto", 0.8), ("r", "fedavg", 0.7)):
+        for seed in (0, 1):
+            folder = tmp_path / "runs" / f"{label}-seed{seed}"
+            accuracy, validated = [0.9, 0.5], label == "m"
+            write_run(folder, label, algorithm, seed, accuracy, [100, 100],
+                      validated=validated, acc=acc + seed / 100)  # fmt: skip
+            specs.append(RunSpec(f"{label}.yaml", f"{label} ({algorithm})", seed, {}, str(folder)))
+            summaries.append(json.loads((folder / "summary.json").read_text()))
+    write_results(tmp_path, specs, summaries, [None] * 4)
+    table = (tmp_path / "results.md").read_text()
+    assert "best acc_weighted (selected on test or validation) |" in table
+    assert "| m (ditto) | 2 | 80.50 ± 0.71 |" in table  # the seeds' table, as before
+    assert "| vs r (fedavg) | seeds |" in table  # the default reference: the one FedAvg
+    assert "| m (ditto) | 2 | 0% | 0% | 100% | 0.0 | +10.00 [+10.00, +10.00] | n/a |" in table
+    assert (tmp_path / "compare.csv").is_file() and (tmp_path / "plots" / "methods.png").is_file()
