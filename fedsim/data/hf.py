@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.data import hf_cache
+from fedsim.data import hf_cache, lm_text
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
 from fedsim.data.hf_columns import (
     arrow_column,
@@ -117,6 +117,7 @@ def accept(data: Any) -> None:
     for other data, or when it was read from the cache)."""
     if is_hf_name(data.name):
         hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
+    lm_text.accept(data)  # data.name=shakespeare-lm: its tokens
 
 
 def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
