@@ -7,7 +7,6 @@ hands the rounds to the one ``RoundLoop`` (``fedsim/rounds/``).
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,11 @@ from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.config.evaluation import holdout_count
-from fedsim.data.build import NATURAL, build_federated_data
-from fedsim.data.datasets import Dataset, load_dataset
-from fedsim.data.federated import FederatedData, stratified_subset
-from fedsim.data.hf import hf_source, is_hf_name, load_hf
+from fedsim.data.assemble import build_data, cached_dataset
+from fedsim.data.federated import FederatedData
 from fedsim.data.holdout import hold_out
-from fedsim.data.lm_text import load_lm_dataset
-from fedsim.data.names import LM_DATASET_NAMES
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
-from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.rounds.clock_build import trace_mapping
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
@@ -47,55 +41,6 @@ from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
 
 __all__ = ["RunResult", "Simulation", "build_data", "cached_dataset"]
-
-
-@functools.lru_cache(maxsize=4)
-def cached_dataset(name: str, root: str, download: bool) -> Dataset:
-    """Load a dataset once per process (tests and sweeps reuse it)."""
-    return load_dataset(name, root, download=download)
-
-
-def build_data(cfg: ExperimentConfig, dataset: Dataset | None = None) -> FederatedData:
-    """The config's dataset (or ``dataset``, e.g. a subset of it), partitioned and split per
-    client as the config says (raises ConfigError)."""
-    d = cfg.data
-    hf = None
-    if dataset is None and is_hf_name(d.name):
-        hf = load_hf(hf_source(d), d.root)
-        dataset = hf.dataset
-    elif dataset is None and d.name in LM_DATASET_NAMES:  # tokenized by data.tokenizer
-        dataset = load_lm_dataset(d, cfg.model.args)
-    elif dataset is None:
-        dataset = cached_dataset(d.name, d.root, d.download)
-    if d.partition.name == NATURAL and d.max_samples is not None:
-        raise ConfigError(
-            "data.max_samples", d.max_samples, "does not apply to natural clients; use "
-            "data.num_clients and data.min_samples (or null)",
-        )  # fmt: skip
-    data = build_federated_data(
-        stratified_subset(dataset.normalized(d.normalize), d.max_samples),
-        d.num_clients,
-        d.partition.name,
-        alpha=d.partition.alpha,
-        classes_per_client=d.partition.classes_per_client,
-        train_ratio=d.train_ratio,
-        seed=cfg.seed,
-        clusters=d.partition.clusters,
-        step=d.partition.step,
-        base=d.partition.base,
-        sigma=d.partition.sigma,
-        min_samples=d.min_samples,
-        max_client_samples=d.max_client_samples,
-        plays=d.plays,
-        groups=None if hf is None else hf.groups,
-        by=d.partition.by,
-        flwr_args=d.partition.args,
-        label_column=d.label_column,
-        train_rows=None if hf is None else hf.train_rows,
-    )
-    if hf is not None:
-        data.partition["data"] = hf.info  # partition.json: columns and the label map
-    return data
 
 
 def federation_info(

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import untimed
 
-from fedsim import simulation as simulation_module
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
 from fedsim.config import load_config
+from fedsim.data import assemble
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
 from fedsim.simulation import Simulation
@@ -103,7 +103,7 @@ def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(
 
     # the checkpoint alone (algorithm + states): no simulation, no dataset
     monkeypatch.setattr(Simulation, "__init__", no_simulation)
-    monkeypatch.setattr(simulation_module, "cached_dataset", no_simulation)
+    monkeypatch.setattr(assemble, "cached_dataset", no_simulation)
     assert main(["report", str(run_dir)]) == 0
     assert str(figure) in capsys.readouterr().out.splitlines()
     assert figure.read_bytes() == drawn  # the same state, the same figure

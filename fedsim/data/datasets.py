@@ -109,7 +109,7 @@ def load_dataset(name: str, root: str | Path, download: bool = True) -> Dataset:
     if name.startswith(HF_PREFIX):
         from fedsim.data.hf import HFSource, load_hf
 
-        return load_hf(HFSource(name)).dataset
+        return load_hf(HFSource(name), str(root)).dataset  # through data.root's cache
     if name in LM_DATASET_NAMES:  # with the default tokenizer (simulation: data.tokenizer)
         from fedsim.data.lm_text import DEFAULT_MAX_LENGTH, load_shakespeare_lm
         from fedsim.pretrained import SMOLLM2
