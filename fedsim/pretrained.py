@@ -167,10 +167,16 @@ def load_frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
 
 
 def shared_copy(model: Any) -> Any:
-    """A new module tree over the same weight tensors (no copy of any parameter or buffer):
-    adapters injected into it leave ``model`` and its other copies as they are."""
+    """A new module tree over the same weight storage (no copy of any weight): adapters
+    injected into it leave ``model`` and its other copies as they are. Each parameter is a
+    new ``Parameter`` over the same data (tied weights stay tied), so moving the copy to a
+    GPU (``Module.to`` replaces a parameter's data) leaves the cached model where it is."""
     import copy
 
-    memo: dict[int, Any] = {id(t): t for t in model.parameters()}
+    import torch
+
+    memo: dict[int, Any] = {
+        id(p): torch.nn.Parameter(p.data, requires_grad=False) for p in model.parameters()
+    }
     memo.update({id(b): b for b in model.buffers()})
     return copy.deepcopy(model, memo)
