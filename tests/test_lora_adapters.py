@@ -178,7 +178,17 @@ def test_fedavg_trains_the_adapter_and_counts_its_bytes(tiny, data_root, tmp_pat
     assert history[-1]["loss"] < history[0]["loss"]  # the adapter learns the roles' text
     assert 0 <= history[-1]["acc_weighted"] <= 1  # next-token accuracy
     assert result.state["params"].numel() == lora_params(RANK)
-    assert list((Path(data_root) / "lm-cache").glob("*.npz"))  # the tokens, cached
+    cached = list((Path(data_root) / "lm-cache").glob("*.npz"))  # the tokens, cached
+    assert len(cached) == 1
+    from fedsim.data import lm_text
+
+    fresh = lm_text.load_shakespeare_lm(data_root, tiny, 16, True)
+    read = lm_text._read(cached[0], tiny)  # what a later process reads instead of tokenizing
+    for name in ("tokens", "starts", "lengths", "labels"):
+        assert np.array_equal(getattr(read, name), getattr(fresh, name)), name
+    assert [c.info for c in read.clients] == [c.info for c in fresh.clients]
+    pairs = zip(read.clients, fresh.clients, strict=True)
+    assert all(np.array_equal(a.indices, b.indices) for a, b in pairs)
 
 
 @pytest.mark.parametrize(
