@@ -14,21 +14,17 @@ A held-out client is evaluated the same way, fine-tuning for ``eval.finetune_epo
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
-import torch
-
 from fedsim.algorithm_params.fedavg_ft import FedAvgFTParams
-from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, ClientUpdate, NewcomerRule
+from fedsim.algorithms.base import ClientInfo, ClientPlan, ClientState, NewcomerRule
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.shared_part import finetuned
-from fedsim.streams import FEDBABU_FINETUNE_KEY  # the same whole-model pass (one per run)
+from fedsim.algorithms.shared_part import FineTunedBeforeTest
 
 
 @register
-class FedAvgFT(FedAvg):
+class FedAvgFT(FineTunedBeforeTest, FedAvg):
     """FedAvg; an evaluated client fine-tunes the global model first (not kept)."""
 
     name = "fedavg_ft"
@@ -55,33 +51,3 @@ class FedAvgFT(FedAvg):
             if tuned is not plan.train_params:
                 plan.eval_params = tuned
         return plan
-
-    def fine_tuned(self, model: torch.Tensor, client: ClientInfo) -> torch.Tensor:
-        """``model`` after ``finetune_epochs`` epochs on the client's train split; ``model``
-        itself when there are none, no probe, or the pass diverged."""
-        epochs = self.params.finetune_epochs
-        if epochs > 0 and client.probe is not None:
-            tuned, loss = client.probe.train(model, epochs=epochs, key=FEDBABU_FINETUNE_KEY)
-            if math.isfinite(loss):
-                return tuned
-        return model
-
-    def kept_params(
-        self,
-        plan: ClientPlan,
-        trained: torch.Tensor,
-        update: ClientUpdate,
-        client: ClientInfo,
-    ) -> torch.Tensor:
-        """eval.when=after_training: the fine-tune, from the model the client trained."""
-        return self.fine_tuned(trained, client)
-
-    def newcomer_params(
-        self,
-        broadcast: dict[str, Any],
-        payload: dict[str, Any],
-        client: ClientInfo,
-        finetune_epochs: int,
-    ) -> torch.Tensor:
-        """The global model, fine-tuned (every parameter) on the newcomer's train split."""
-        return finetuned(broadcast["params"], client, finetune_epochs, frozen=[])

@@ -19,26 +19,21 @@ The body under the fixed head is a global model (it is what the body was trained
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
-
-import torch
 
 from fedsim.algorithm_params.fedbabu import FedBABUParams
 from fedsim.algorithms.base import (
     ClientInfo,
     ClientPlan,
     ClientState,
-    ClientUpdate,
     NewcomerRule,
 )
 from fedsim.algorithms.registry import register
-from fedsim.algorithms.shared_part import BodyShared, finetuned
-from fedsim.streams import FEDBABU_FINETUNE_KEY
+from fedsim.algorithms.shared_part import BodyShared, FineTunedBeforeTest
 
 
 @register
-class FedBABU(BodyShared):
+class FedBABU(FineTunedBeforeTest, BodyShared):
     """Body averaged under a frozen random head; fine-tuned (not kept) before evaluation."""
 
     name = "fedbabu"
@@ -68,34 +63,3 @@ class FedBABU(BodyShared):
             if tuned is not model:
                 plan.eval_params = tuned
         return plan
-
-    def fine_tuned(self, model: torch.Tensor, client: ClientInfo) -> torch.Tensor:
-        """``model`` (body and head) after ``finetune_epochs`` epochs on the client's train
-        split; ``model`` itself when there are none, no probe, or the pass diverged."""
-        epochs = self.params.finetune_epochs
-        if epochs > 0 and client.probe is not None:
-            tuned, loss = client.probe.train(model, epochs=epochs, key=FEDBABU_FINETUNE_KEY)
-            if math.isfinite(loss):
-                return tuned
-        return model
-
-    def kept_params(
-        self,
-        plan: ClientPlan,
-        trained: torch.Tensor,
-        update: ClientUpdate,
-        client: ClientInfo,
-    ) -> torch.Tensor:
-        """eval.when=after_training: the evaluation's fine-tune, which waited for the round's
-        training (``client.evaluates`` was False), from the trained body and initial head."""
-        return self.fine_tuned(trained, client)
-
-    def newcomer_params(
-        self,
-        broadcast: dict[str, Any],
-        payload: dict[str, Any],
-        client: ClientInfo,
-        finetune_epochs: int,
-    ) -> torch.Tensor:
-        """The received body and the initial head, fine-tuned together."""
-        return finetuned(broadcast["params"], client, finetune_epochs, frozen=[])

@@ -36,7 +36,7 @@ from fedsim.algorithms.base import (
     WeightedSum,
 )
 from fedsim.sizes import nbytes
-from fedsim.streams import LOOP_BATCHES_KEY, NEWCOMER_FINETUNE_KEY
+from fedsim.streams import FEDBABU_FINETUNE_KEY, LOOP_BATCHES_KEY, NEWCOMER_FINETUNE_KEY
 from lightning_modules.flat_params import flat_ranges, gather, scatter
 
 
@@ -162,6 +162,42 @@ def finetuned(
         raise RuntimeError("a newcomer fine-tunes through the worker's probe; it has none")
     tuned, loss = client.probe.train(model, epochs=epochs, frozen=frozen, key=NEWCOMER_FINETUNE_KEY)
     return tuned if math.isfinite(loss) else model
+
+
+class FineTunedBeforeTest:
+    """An evaluated client is tested on its model fine-tuned (not kept) for the algorithm's
+    ``finetune_epochs`` epochs on its train split, through the probe (``FEDBABU_FINETUNE_KEY``:
+    one such algorithm per run); after its round's training, from the model it trained; a
+    newcomer fine-tunes the whole received model (FedBABU, FedAvg-FT)."""
+
+    params: Any
+
+    def fine_tuned(self, model: torch.Tensor, client: ClientInfo) -> torch.Tensor:
+        """``model`` after ``finetune_epochs`` epochs on the client's train split; ``model``
+        itself when there are none, no probe, or the pass diverged."""
+        epochs = self.params.finetune_epochs
+        if epochs > 0 and client.probe is not None:
+            tuned, loss = client.probe.train(model, epochs=epochs, key=FEDBABU_FINETUNE_KEY)
+            if math.isfinite(loss):
+                return tuned
+        return model
+
+    def kept_params(
+        self, plan: ClientPlan, trained: torch.Tensor, update: ClientUpdate, client: ClientInfo
+    ) -> torch.Tensor:
+        """eval.when=after_training: the evaluation's fine-tune, which waited for the round's
+        training (``client.evaluates`` was False), from the model the client trained."""
+        return self.fine_tuned(trained, client)
+
+    def newcomer_params(
+        self,
+        broadcast: dict[str, Any],
+        payload: dict[str, Any],
+        client: ClientInfo,
+        finetune_epochs: int,
+    ) -> torch.Tensor:
+        """The received model, every parameter fine-tuned on the newcomer's train split."""
+        return finetuned(broadcast["params"], client, finetune_epochs, frozen=[])
 
 
 def shared_mean(sums: dict[str, WeightedSum]) -> torch.Tensor | None:
