@@ -12,14 +12,14 @@ import torch
 from helpers import TINY_MNIST, lent_ray_executor, refused_check, untimed
 
 from fedsim.config import load_config
+from fedsim.rounds.clock import Network, VirtualClock
 from fedsim.rounds.schedule import AsyncSchedule, client_work
 from fedsim.rounds.staleness import (
-    VirtualClock,
     buffered_weights,
     default_max_staleness,
     staleness_weights,
 )
-from fedsim.rounds.system_clock import AlwaysOnline, Network, Rules, SyncClock
+from fedsim.rounds.system_clock import AlwaysOnline, Rules, SyncClock
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation
 

@@ -118,7 +118,7 @@ ONE_HOME = {
     "LearningRate": ("fedsim.run_plan",),
     "OptimizerSettings": ("fedsim.run_plan",),
     # one seed helper for every torch32 stream (fedsim/streams.py)
-    "SeedSequence": ("fedsim.streams", "fedsim.rounds.staleness", "fedsim.deployment.privacy"),
+    "SeedSequence": ("fedsim.streams", "fedsim.rounds.clock", "fedsim.deployment.privacy"),
 }
 
 

@@ -5,15 +5,13 @@ import pickle
 import numpy as np
 import pytest
 
+from fedsim.config.system import SpeedSpec, parse_speeds
+from fedsim.rounds.clock import VirtualClock, draw_slowdowns
 from fedsim.rounds.staleness import (
-    SpeedSpec,
-    VirtualClock,
     buffered_weights,
     default_max_staleness,
     discount,
-    draw_slowdowns,
     fedasync_alpha,
-    parse_speeds,
     staleness_weights,
 )
 

@@ -40,10 +40,11 @@ import numpy as np
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.deployment.driver import Deployment, Rebase
+from fedsim.rounds.clock import VirtualClock
 from fedsim.rounds.dispatch import dispatch
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
 from fedsim.rounds.schedule import Aggregation, AsyncSchedule
-from fedsim.rounds.staleness import VirtualClock, staleness_weights
+from fedsim.rounds.staleness import staleness_weights
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.storage import ClientStateStore
 

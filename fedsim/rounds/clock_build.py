@@ -18,12 +18,11 @@ import numpy as np
 from fedsim.config import ExperimentConfig
 from fedsim.deployment.checks import check_rule
 from fedsim.errors import ConfigError, show_value
+from fedsim.rounds.clock import Network, VirtualClock, draw_slowdowns, transfer_seconds
 from fedsim.rounds.schedule import client_work
-from fedsim.rounds.staleness import VirtualClock, draw_slowdowns
 from fedsim.rounds.system_clock import (
     AlwaysOnline,
     Availability,
-    Network,
     OnlineByChance,
     OnlineByTrace,
     Rules,
@@ -138,9 +137,7 @@ def transfer_times(cfg: ExperimentConfig, model_bytes: np.ndarray) -> np.ndarray
     asynchronous round's transfers, timed before training; 0 without bandwidths)."""
     net = network(cfg, len(model_bytes))
     sizes = np.asarray(model_bytes, dtype=np.float64)
-    down = np.where(np.isinf(net.download), 0.0, sizes / net.download)
-    up = np.where(np.isinf(net.upload), 0.0, sizes / net.upload)
-    return down + up
+    return transfer_seconds(sizes, net.download) + transfer_seconds(sizes, net.upload)
 
 
 def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.rounds.staleness import VirtualClock
+from fedsim.rounds.clock import VirtualClock
 from fedsim.streams import DISPATCH_TAG
 
 MAX_DRAWS = 100  # availability by chance: draws at one moment before the slot stays free

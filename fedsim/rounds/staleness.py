@@ -1,4 +1,4 @@
-"""Asynchronous rounds in virtual time: staleness discounts and a seeded client clock.
+"""Asynchronous rounds: staleness discounts (the clients' virtual clock is in ``clock.py``).
 
 Staleness ``s`` >= 0 is how old an update's starting model is when it arrives: in server
 model versions (FedAsync's t - tau) or in virtual time divided by the median round duration.
@@ -18,13 +18,10 @@ Every function takes floats, so either unit works; use one per run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from fedsim.config.asynchronous import STALE_POLICIES
-from fedsim.config.system import SpeedSpec, parse_speeds
-from fedsim.streams import DROPOUT_TAG
 
 DISCOUNTS = ("constant", "polynomial", "hinge")
 
@@ -119,73 +116,6 @@ def buffered_weights(
         return np.zeros_like(weights)
     weights = weights * n / total
     return weights / weights.sum() if normalize else weights
-
-
-def draw_slowdowns(spec: str | SpeedSpec, num_clients: int, seed: Sequence[int]) -> np.ndarray:
-    """Per-client virtual time per unit of work (larger = slower), seeded by ``seed``.
-
-    ``constant``: 1; ``lognormal:MU,SIGMA``: exp(N(MU, SIGMA^2)); ``uniform:LOW,HIGH``;
-    ``slow_fraction:F,K``: exactly floor(F * n + 1/2) clients, chosen at random, are K times slower.
-    """
-    parsed = parse_speeds(spec) if isinstance(spec, str) else spec
-    rng = np.random.default_rng(np.random.SeedSequence(list(seed)))
-    if parsed.kind == "constant":
-        return np.ones(num_clients)
-    if parsed.kind == "lognormal":
-        return rng.lognormal(parsed.params[0], parsed.params[1], num_clients)
-    if parsed.kind == "uniform":
-        return rng.uniform(parsed.params[0], parsed.params[1], num_clients)
-    fraction, factor = parsed.params
-    slowdowns = np.ones(num_clients)
-    slow = int(np.floor(fraction * num_clients + 0.5))
-    slowdowns[rng.permutation(num_clients)[:slow]] = factor
-    return slowdowns
-
-
-@dataclass
-class VirtualClock:
-    """Seeded virtual time of clients: durations, dropouts, arrival times (picklable)."""
-
-    slowdowns: np.ndarray
-    dropout: float = 0.0
-    seed: tuple[int, ...] = (0,)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"system.dropout={self.dropout!r}: must be in [0, 1)")
-        self.slowdowns = np.asarray(self.slowdowns, dtype=np.float64)
-        self.seed = tuple(int(s) for s in self.seed)
-
-    @classmethod
-    def from_spec(
-        cls, spec: str, num_clients: int, seed: Sequence[int], dropout: float = 0.0
-    ) -> VirtualClock:
-        """Draw every client's slowdown from ``spec`` (see ``draw_slowdowns``)."""
-        return cls(draw_slowdowns(spec, num_clients, seed), dropout, tuple(seed))
-
-    def durations(self, clients: Sequence[int], work: Sequence[float] | float) -> np.ndarray:
-        """Virtual time each client needs for ``work`` units (e.g. samples x epochs)."""
-        return np.asarray(work, dtype=np.float64) * self.slowdowns[np.asarray(clients, int)]
-
-    def dropped(self, clients: Sequence[int], step: int) -> np.ndarray:
-        """Whether each client drops out of dispatch ``step`` (same (step, client), same answer).
-
-        One uniform draw per client of the federation per step, so the answer does not
-        depend on who else is in the cohort.
-        """
-        rng = np.random.default_rng(np.random.SeedSequence([*self.seed, DROPOUT_TAG, step]))
-        return rng.random(self.slowdowns.size)[np.asarray(clients, int)] < self.dropout
-
-    def arrivals(
-        self,
-        clients: Sequence[int],
-        work: Sequence[float] | float,
-        start: Sequence[float] | float,
-        step: int,
-    ) -> np.ndarray:
-        """Arrival times ``start + duration``; inf for clients that dropped out."""
-        times = np.asarray(start, dtype=np.float64) + self.durations(clients, work)
-        return np.where(self.dropped(clients, step), np.inf, times)
 
 
 def default_max_staleness(durations: Sequence[float] | np.ndarray, factor: float = 2.0) -> float:

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedsim.rounds.staleness import VirtualClock
+from fedsim.rounds.clock import Network, VirtualClock, transfer_seconds
 from fedsim.streams import AVAILABILITY_TAG, COHORT_TAG, SPEED_TAG
 
 MAX_ATTEMPTS = 10  # retries of one round before it is skipped
@@ -50,11 +50,6 @@ def sample_cohort(
     rng = np.random.default_rng(words)
     picked = rng.choice(len(candidates), size=size, replace=False)
     return sorted(int(candidates[i]) for i in picked)
-
-
-def transfer_seconds(nbytes: float, bandwidth: float) -> float:
-    """Seconds to move ``nbytes`` at ``bandwidth`` bytes/s (an infinite bandwidth: 0)."""
-    return 0.0 if math.isinf(bandwidth) or nbytes == 0 else nbytes / bandwidth
 
 
 class Availability(Protocol):
@@ -127,19 +122,6 @@ class OnlineByTrace:
 
 
 @dataclass(frozen=True)
-class Network:
-    """Each client's upload and download bandwidth in bytes/s (inf: transfers are free)."""
-
-    upload: np.ndarray
-    download: np.ndarray
-
-    @classmethod
-    def free(cls, num_clients: int) -> Network:
-        inf = np.full(num_clients, np.inf)
-        return cls(inf, inf.copy())
-
-
-@dataclass(frozen=True)
 class Rules:
     """The round rules of ``system.*``: K, over-selection, deadline, short rounds."""
 
@@ -196,8 +178,7 @@ class Outcome:
             "late": len(self.late),
             "dropouts": len(a.dropouts) + len(self.offline),
             "surplus": len(self.surplus),
-            "round_time": self.end - a.start,
-        }
+        }  # round_time: the round's, over its attempts (rounds/local.py)
 
 
 class SyncClock:
@@ -249,9 +230,9 @@ class SyncClock:
         """Seconds from the attempt's start to ``client``'s report."""
         n = self.network
         return (
-            transfer_seconds(download, float(n.download[client]))
+            float(transfer_seconds(download, n.download[client]))
             + float(self.compute[client])
-            + transfer_seconds(upload, float(n.upload[client]))
+            + float(transfer_seconds(upload, n.upload[client]))
         )
 
     def settle(
@@ -262,7 +243,7 @@ class SyncClock:
         deadline = math.inf if rules.deadline is None else start + rules.deadline
         noticed: list[float] = []  # when the server learns each non-surplus client's fate
         for c in attempt.dropouts:  # gone mid-training: noticed when it would have finished
-            down = transfer_seconds(downloads.get(c, 0), float(self.network.download[c]))
+            down = float(transfer_seconds(downloads.get(c, 0), self.network.download[c]))
             noticed.append(start + down + float(self.compute[c]))
         reports, late, offline = [], [], []
         for c in attempt.trains:
