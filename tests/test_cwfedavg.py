@@ -70,10 +70,12 @@ def test_params_reject_bad_values_with_the_key() -> None:
         ("class_weights", "oracle"),
         ("classwise_layers", "middle"),
         ("classwise_layers", "top-0"),
-        ("wdr_lambda", -1.0),
     ):
         with pytest.raises(ConfigError, match=f"algorithm.{key}"):
             CwFedAvgParams(**{key: value})
+    # a range declared on its field (it also takes a schedule), checked as the config is read
+    with pytest.raises(ConfigError, match=r"algorithm.wdr_lambda=-1.0: must be >= 0"):
+        load_config(None, ["algorithm.name=cwfedavg", "algorithm.wdr_lambda=-1"])
     with pytest.raises(ConfigError, match="algorithm.class_weights"):
         load_config(None, ["algorithm.name=cwfedavg", "algorithm.class_weights=counts"])
     with pytest.raises(ConfigError, match="algorithm.class_weights"):

@@ -286,10 +286,10 @@ def test_node_removed_mid_round_changes_nothing():
 
 
 @pytest.mark.slow
-def test_missing_dataset_on_ray_stops_the_early_workers(tmp_path):
-    """Ray and the worker actors start as soon as the config is valid (while the driver
-    builds the data); a dataset that is not there then stops them all: exit 2, one line,
-    nothing written, and no process of that session left 10 s later."""
+def test_missing_dataset_on_ray_is_refused_before_ray_starts(tmp_path):
+    """Every check that needs the config, the data and the model runs before Ray starts
+    (fedsim/early_start.py): a dataset that is not there is exit 2, one line, nothing
+    written, no Ray process started, and no process of that session left 10 s later."""
     argv = [sys.executable, "-m", "fedsim.cli", "run", "configs/quickstart.yaml",
             "runtime.executor=ray", "runtime.workers=2", "data.name=mnist",
             f"data.root={tmp_path / 'nothing'}", "data.download=false",
@@ -309,7 +309,7 @@ def test_missing_dataset_on_ray_stops_the_early_workers(tmp_path):
     err = driver.communicate(timeout=60)[1].decode()
     lines = stderr_lines(err)
     assert driver.returncode == 2 and len(lines) == 1 and "data.name='mnist'" in lines[0], err
-    assert "raylet" in seen  # Ray did start early
+    assert "raylet" not in seen  # the data check came before Ray
     assert not (tmp_path / "run").exists() and not (tmp_path / "nothing").exists()
     deadline = time.monotonic() + 10
     left = [p for p in session_members(driver.pid) if alive(p)]
