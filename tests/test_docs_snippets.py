@@ -33,6 +33,10 @@ from docs_snippets import REPO, Block, blocks, commands, docs_pages
 from fedsim.cli import main
 from fedsim.config import load_config
 
+# in the LoRA tests' process: the pages' `fedsim run configs/lora/...` commands build SmolLM2,
+# whose base each process loads once (~20 s), so the two share one load
+pytestmark = pytest.mark.xdist_group("lora")
+
 # run whole, as a reader follows it, by tests/test_docs_tutorial.py
 EXECUTED_WHOLE = {"docs/tutorials/compare-personalization.md"}
 GENERATED = {"docs/reference/cli.md", "docs/reference/config-keys.md"}
