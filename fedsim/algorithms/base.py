@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 
 from fedsim.algorithm_params.base import AlgorithmParams
@@ -154,14 +155,33 @@ class Algorithm:
         return True
 
     # --- driver side, from a (final) state: no worker, no client data ---
-    def client_info(self, client: int, round_idx: int) -> ClientInfo:
-        """A client's ``ClientInfo`` on the driver: its data statistics, no probe."""
+    def client_info(
+        self,
+        client: int,
+        round_idx: int,
+        *,
+        num_train: int | None = None,
+        class_counts: np.ndarray | None = None,
+        probe: ClientProbe | None = None,
+        evaluates: bool = True,
+        trains: bool = True,
+        epochs: int = 1,
+    ) -> ClientInfo:
+        """A client's ``ClientInfo``, the one place it is built: its data statistics from the
+        federation (on the driver: no probe, nobody trained), or as the worker gives them
+        (a held-out client's, an attacker's as its stages make them look), with what only
+        the worker knows (its probe, whether it evaluates and trains, its epochs)."""
         return ClientInfo(
             client=client,
-            num_train=int(self.federation.train_sizes[client]),
-            class_counts=self.federation.class_counts[client],
+            num_train=int(self.federation.train_sizes[client] if num_train is None else num_train),
+            class_counts=self.federation.class_counts[client] if class_counts is None
+            else class_counts,
             round=round_idx,
-        )
+            probe=probe,
+            evaluates=evaluates,
+            trains=trains,
+            epochs=epochs,
+        )  # fmt: skip
 
     def personalized_params(
         self, state: ServerState, client_state: ClientState | None, client: ClientInfo

@@ -258,12 +258,12 @@ class ClientWorker:
 
     def _client_info(self, round_idx: int, task: ClientTask) -> ClientInfo:
         client = task.client
-        return ClientInfo(
-            client=client,
+        return self.algorithm.client_info(
+            client,
+            round_idx,
             num_train=int(self.train_sizes[client]),
             # held-out clients' too; as the deployment stages make them look (an attacker's)
             class_counts=training_counts(task.upload, self.class_counts[client]),
-            round=round_idx,
             probe=WorkerProbe(self, client, round_idx),
             # evaluated after training: an evaluation-only personalization waits for it
             evaluates=task.evaluate and not (task.train and self.spec.eval_after_training),
