@@ -88,6 +88,10 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
     ("data.input_column", "data.name"): ("pixels", [HF], ["data.name=mnist-5k"]),
     ("data.label_column", "data.name"): ("target", [HF], ["data.name=mnist-5k"]),
     ("data.resize", "data.name"): ("16", [HF], ["data.name=mnist-5k"]),
+    **{
+        (f"data.{key}", "data"): (value, ["data.name=shakespeare-lm"], ["data.name=mnist-5k"])
+        for key, value in (("tokenizer", "smollm2"), ("max_length", "64"), ("packing", "false"))
+    },
     ("client.betas", "client.optimizer"): (
         "[0.8, 0.99]", ["client.optimizer=adam"], ["client.optimizer=sgd"]),
     ("client.momentum", "client.optimizer"): (

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from fedsim.data.names import HF_PREFIX, LM_DATASET_NAMES
 from fedsim.errors import ConfigError, show_value
 
 _ROBUST = ("krum", "multikrum", "bulyan")
@@ -100,6 +101,17 @@ DEPENDENT: list[Rule] = [
     *[
         (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
         for key in ("split", "input_column", "label_column", "resize")
+    ],
+    # a language model's tokens: Shakespeare's roles (shakespeare-lm) or an hf: text column
+    # (fedsim/data/hf_text.py refuses them there on a column that is not text)
+    *[
+        (
+            f"data.{key}",
+            "data",
+            lambda d: d.name in LM_DATASET_NAMES or d.name.startswith(HF_PREFIX),
+            "|".join((*LM_DATASET_NAMES, "hf:<path> of a text column")),
+        )
+        for key in ("tokenizer", "max_length", "packing")
     ],
     ("client.betas", "client.optimizer", lambda v: v in ("adam", "adamw"), "adam|adamw"),
     ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
