@@ -35,7 +35,8 @@ from fedsim.search.options import add_arguments as add_tune_arguments
 SUMMARY_COLUMNS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
 # shown when the run has them: held-out clients' accuracy and the gap, the global model's
 EXTRA_COLUMNS = ("unseen/acc_weighted", "participation_gap", "global/acc_weighted",
-                 "val/acc_weighted")  # and the validation split's (eval.validation_ratio)
+                 "val/acc_weighted",  # and the validation split's (eval.validation_ratio)
+                 "perplexity", "unseen/perplexity")  # next-token prediction
 
 
 def summary_table(summary: dict, title: str) -> Table:

@@ -1,4 +1,5 @@
-"""Per-client accuracy summaries, as the seeds report them (PFLlib protocol)."""
+"""Per-client accuracy summaries, as the seeds report them (PFLlib protocol), and, for
+next-token prediction (a language model's per-token loss), perplexity."""
 
 from __future__ import annotations
 
@@ -8,27 +9,39 @@ from typing import Any
 import numpy as np
 
 SUMMARY_KEYS = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss")
+PERPLEXITY_KEY = "perplexity"  # exp(loss): runs of next-token prediction only
+MAX_LOG = 709.0  # exp() of more overflows a float: such a perplexity is inf
+
+
+def perplexity(loss: float) -> float:
+    """exp of a mean per-token cross-entropy (inf where it overflows)."""
+    return math.exp(loss) if loss < MAX_LOG else math.inf
 
 
 def summarize_clients(
-    correct: np.ndarray, num_samples: np.ndarray, loss_sum: np.ndarray
+    correct: np.ndarray, num_samples: np.ndarray, loss_sum: np.ndarray, tokens: bool = False
 ) -> dict[str, float]:
     """Sample-weighted and unweighted accuracy, spread, worst-10% mean and mean loss.
 
     ``acc_weighted`` = sum correct / sum test samples; ``acc_mean``/``acc_std`` are over the
     per-client accuracies; ``acc_worst10`` is the mean of the worst ceil(10%) of clients.
+    ``tokens``: the samples are next-token targets, and ``perplexity`` is exp(``loss``), the
+    exp of the mean loss per token over every client's tokens.
     """
     correct = np.asarray(correct, dtype=np.float64)
     num_samples = np.asarray(num_samples, dtype=np.float64)
     per_client = correct / np.maximum(num_samples, 1)
     worst = np.sort(per_client)[: max(1, math.ceil(0.1 * len(per_client)))]
-    return {
+    out = {
         "acc_weighted": float(correct.sum() / max(num_samples.sum(), 1)),
         "acc_mean": float(per_client.mean()),
         "acc_std": float(per_client.std()),
         "acc_worst10": float(worst.mean()),
         "loss": float(np.sum(loss_sum) / max(num_samples.sum(), 1)),
     }
+    if tokens:
+        out[PERPLEXITY_KEY] = perplexity(out["loss"])
+    return out
 
 
 UNSEEN_PREFIX = "unseen/"  # held-out clients' accuracies (eval.holdout_clients)
@@ -45,23 +58,27 @@ def evaluation_summary(
     held_out: np.ndarray,
     global_correct: np.ndarray | None = None,
     global_loss_sum: np.ndarray | None = None,
+    tokens: bool = False,
 ) -> dict[str, float]:
     """A round's accuracies: the training clients' (``summarize_clients``), the held-out
     clients' as ``unseen/*`` with ``participation_gap`` (seen minus unseen ``acc_weighted``),
-    and the global model's on the training clients as ``global/*``."""
+    and the global model's on the training clients as ``global/*``; ``tokens``: with each
+    one's perplexity (next-token prediction)."""
     held = np.asarray(held_out, dtype=bool)
     seen = ~held
     out: dict[str, float] = {}
     if seen.any():
-        out.update(summarize_clients(correct[seen], num_samples[seen], loss_sum[seen]))
+        out.update(summarize_clients(correct[seen], num_samples[seen], loss_sum[seen], tokens))
     if held.any():
-        unseen = summarize_clients(correct[held], num_samples[held], loss_sum[held])
+        unseen = summarize_clients(correct[held], num_samples[held], loss_sum[held], tokens)
         out.update({UNSEEN_PREFIX + k: v for k, v in unseen.items()})
         if seen.any():
             out[GAP_KEY] = out["acc_weighted"] - unseen["acc_weighted"]
     if global_correct is not None and seen.any():
         assert global_loss_sum is not None
-        own = summarize_clients(global_correct[seen], num_samples[seen], global_loss_sum[seen])
+        own = summarize_clients(
+            global_correct[seen], num_samples[seen], global_loss_sum[seen], tokens
+        )
         out.update({GLOBAL_PREFIX + k: v for k, v in own.items()})
     return out
 
@@ -85,7 +102,7 @@ def best_and_final(history: list[dict]) -> dict[str, Any]:
         for k in evaluated[-1]
         if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX, VAL_PREFIX))
     ]
-    pick = ("round", *SUMMARY_KEYS, *extra)
+    pick = ("round", *SUMMARY_KEYS, PERPLEXITY_KEY, *extra)
 
     def best_by(key: str) -> dict:
         best = max(evaluated, key=lambda h: (h[key], -h["round"]))

@@ -178,7 +178,7 @@ class Simulation:
         num_classes = (self.data.class_counts("train", newcomers=True) > 0).sum(axis=1)
         loop = RoundLoop(
             self.cfg, self.algorithm, self.round_kind, self.deployment, num_classes,
-            self.sample_cohort, self.plan,
+            self.sample_cohort, self.plan, getattr(self.data.dataset, "next_token", False),
         )  # fmt: skip
         self.loop = loop
         try:

@@ -213,13 +213,35 @@ def test_personalization_runs_on_adapters(tiny, data_root, tmp_path, algorithm, 
                    if isinstance(v, torch.Tensor))  # fmt: skip
 
 
-def test_held_out_roles_get_the_global_adapter(tiny, data_root, tmp_path):
+def test_held_out_roles_get_the_global_adapter_and_perplexity_is_reported(
+    tiny, data_root, tmp_path
+):
+    """Held-out roles are evaluated; every evaluation of next-token prediction has its
+    perplexity, exp(loss per token): metrics.jsonl, clients.csv, summary.json, the report."""
+    import csv
+    import math
+
+    from fedsim.tracking.report import load_run, write_report
+
+    run = tmp_path / "run"
     run_experiment(lm_config(tiny, data_root, "data.num_clients=4", "eval.holdout_clients=0.25"),
-                   tmp_path / "run", progress=False, report=False)  # fmt: skip
-    last = metrics(tmp_path / "run")[-1]
+                   run, progress=False, report=False)  # fmt: skip
+    history = metrics(run)
+    last = history[-1]
     assert 0 <= last["unseen/acc_weighted"] <= 1 and np.isfinite(last["participation_gap"])
-    rows = (tmp_path / "run" / "clients.csv").read_text().splitlines()[1:]
-    assert {row.split(",")[0] for row in rows} == {"0", "1", "2", "3"}  # the held-out one too
+    for r in history:
+        for prefix in ("", "unseen/"):
+            assert r[f"{prefix}perplexity"] == pytest.approx(math.exp(r[f"{prefix}loss"]))
+    with open(run / "clients.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["client"] for row in rows} == {"0", "1", "2", "3"}  # the held-out one too
+    assert list(rows[0])[list(rows[0]).index("loss") + 1] == "perplexity"
+    for row in rows:
+        assert float(row["perplexity"]) == pytest.approx(math.exp(float(row["loss"])))
+    final = json.loads((run / "summary.json").read_text())["final"]
+    assert final["perplexity"] == last["perplexity"] and "unseen/perplexity" in final
+    drawn = {p.name for p in write_report(run, load_run(run))}
+    assert "perplexity.png" in drawn
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,8 @@ class Dataset:
     ``natural_clients`` is None for a dataset that fedsim partitions (data.partition), else
     the clients the data comes with; ``split_gap`` is how many samples a client's in-order
     train/test split drops between its parts so no test input overlaps a train target.
+    ``next_token``: its targets are next tokens (a language model's), so a run reports
+    perplexity beside the per-token loss.
     """
 
     name: str
@@ -45,6 +47,7 @@ class Dataset:
     num_classes: int
     natural_clients: ClassVar[tuple[NaturalClient, ...] | None] = None
     split_gap: ClassVar[int] = 0
+    next_token: ClassVar[bool] = False
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])

@@ -21,7 +21,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ class TokenDataset(Dataset):
     tokenizer: str
     num_classes: int = 1
     clients: tuple[NaturalClient, ...] | None = None
+    next_token: ClassVar[bool] = True  # a run reports perplexity
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])

@@ -54,14 +54,17 @@ class RoundLoop:
         num_classes: np.ndarray,
         sample_cohort: Callable[[int], list[int]],
         plan: RunPlan,
+        tokens: bool = False,
     ):
-        """``plan``: the run plan (each round's lr and scheduled values come from it)."""
+        """``plan``: the run plan (each round's lr and scheduled values come from it);
+        ``tokens``: the data is next-token prediction (perplexities are recorded)."""
         self.cfg, self.algorithm, self.kind, self.deployment = cfg, algorithm, kind, deployment
         assert plan.values is not None, "resolve_run_plan gives every plan its values"
         self.values = plan.values
         self.num_classes = num_classes  # classes each client holds (clients.csv; held-out too)
         self.sample_cohort = sample_cohort
         self.num_clients = len(num_classes)
+        self.tokens = tokens
         self.interrupted: Interruption | None = None
 
     def plan(self, round_idx: int) -> RoundPlan:
@@ -133,7 +136,7 @@ class RoundLoop:
         self, plan: RoundPlan, work: RoundWork, failed: list[int], diverged: bool, began: float
     ) -> RoundRecord:
         """The round's record: metrics.jsonl's summary and clients.csv's rows."""
-        summary = round_summary(work.results, work.worker_results, failed, began)
+        summary = round_summary(work.results, work.worker_results, failed, began, self.tokens)
         summary.update(work.timing)
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
@@ -143,7 +146,9 @@ class RoundLoop:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)
             summary.update(work.extras)
-        record = round_record(plan.round, summary, work.results, self.num_classes, work.weights)
+        record = round_record(
+            plan.round, summary, work.results, self.num_classes, work.weights, self.tokens
+        )
         self.deployment.annotate(record)
         return record
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import ClientFailureError
-from fedsim.metrics import VAL_PREFIX, cost_summary, evaluation_summary
+from fedsim.metrics import VAL_PREFIX, cost_summary, evaluation_summary, perplexity
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.tracking.base import ClientRow, RoundRecord
 
@@ -68,8 +68,10 @@ def round_summary(
     worker_results: list[WorkerResult],
     failed: list[int],
     began: float,
+    tokens: bool = False,
 ) -> dict[str, Any]:
-    """metrics.jsonl's line for a round: accuracies, train loss, counts and timings."""
+    """metrics.jsonl's line for a round: accuracies, train loss, counts and timings
+    (``tokens``: next-token prediction, with perplexities)."""
     summary: dict[str, Any] = {}
     evaluated = [c for c in results if c.evaluation is not None]
     if evaluated:
@@ -81,6 +83,7 @@ def round_summary(
                 np.array([e.loss_sum for e in results_of]),
                 np.array([c.held_out for c in evaluated]),
                 *global_columns(evaluated),
+                tokens=tokens,
             )
         )
         valid = [c for c in evaluated if c.validation is not None]  # eval.validation_ratio
@@ -88,7 +91,7 @@ def round_summary(
             on_val = [c.validation for c in valid]
             counts = [np.array([getattr(v, k) for v in on_val]) for k in EVAL_FIELDS]
             held = np.array([c.held_out for c in valid])
-            val = evaluation_summary(*counts, held)
+            val = evaluation_summary(*counts, held, tokens=tokens)
             summary.update({VAL_PREFIX + k: v for k, v in val.items()})
     after = sum(c.after_training for c in evaluated)
     if after:  # eval.when=after_training: how many were judged on the model they kept
@@ -130,11 +133,13 @@ def round_record(
     results: list[ClientResult],
     num_classes: np.ndarray,
     weights: dict[int, float] | None = None,
+    tokens: bool = False,
 ) -> RoundRecord:
     """The round's record: its summary and one row per evaluated client.
 
     ``weights``: each client's ``weight`` column as the algorithm reports it (a
     ``train_round``'s collaboration weights); default its share of the round's aggregate.
+    ``tokens``: next-token prediction, each row with its perplexity.
     """
     record = RoundRecord(round=round_idx, summary=summary)
     shares = aggregation_shares(results) if weights is None else weights
@@ -145,6 +150,9 @@ def round_record(
             round=round_idx,
             accuracy=c.evaluation.correct / max(c.evaluation.num_samples, 1),
             loss=c.evaluation.loss_sum / max(c.evaluation.num_samples, 1),
+            perplexity=perplexity(c.evaluation.loss_sum / max(c.evaluation.num_samples, 1))
+            if tokens
+            else None,
             n=c.evaluation.num_samples,
             classes=int(num_classes[c.client]),
             weight=shares.get(c.client),

@@ -13,7 +13,7 @@ class ClientRow:
     round: int
     accuracy: float
     loss: float
-    n: int  # test samples
+    n: int  # test samples (next-token prediction: test tokens)
     classes: int  # classes present in the client's training data
     weight: float | None = None  # its share of this round's aggregate (None: did not train)
     attacked: bool | None = None  # an attacker (attack.kind set; None: no attack configured)
@@ -22,6 +22,7 @@ class ClientRow:
     val_accuracy: float | None = None  # on its validation split (eval.validation_ratio > 0)
     flops: int | None = None  # its local training's FLOPs this round (eval.count_flops)
     peak_memory_mib: float | None = None  # its training's peak GPU memory (eval.count_flops)
+    perplexity: float | None = None  # exp(loss): next-token prediction only (else None)
     # what the module logged with self.log in training_step (mean over the client's steps);
     # clients.csv writes each as a column train/<name>
     train: dict[str, float] | None = None

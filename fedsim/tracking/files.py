@@ -31,6 +31,7 @@ class FileSink(Sink):
         self._metrics = open(run_dir / "metrics.jsonl", "w")
         self._clients = open(run_dir / "clients.csv", "w", newline="")
         fields = [f.name for f in dataclasses.fields(ClientRow) if f.name != "train"]
+        fields.remove("perplexity")  # beside loss once a row has one (next-token prediction)
         if (config.get("attack") or {}).get("kind", "none") == "none":
             fields.remove("attacked")  # the column exists in runs with an attack only
         evaluation = config.get("eval") or {}
@@ -60,7 +61,12 @@ class FileSink(Sink):
             for row in rows:
                 row["client_name"] = name_of(self._names, row["client"])
         logged = sorted({k for r in rows for k in r if k.startswith("train/")})
-        if self._writer is None or not set(logged) <= set(self._fields):
+        tokens = "perplexity" not in self._fields and any(
+            r.get("perplexity") is not None for r in rows
+        )  # fmt: skip
+        if tokens:
+            self._fields.insert(self._fields.index("loss") + 1, "perplexity")
+        if self._writer is None or tokens or not set(logged) <= set(self._fields):
             self._start_columns(logged)
         assert self._writer is not None
         self._writer.writerows(rows)

@@ -9,7 +9,8 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``client_accuracy_vs_samples.png``: final per-client accuracy vs its training samples;
 - ``label_distribution.png``: the training labels of each client (``label_plot.py``);
 - ``accuracy_vs_sim_time.png`` (runs that log ``sim_time``: asynchronous rounds, or
-  any ``system.*`` key set): accuracy against simulated time.
+  any ``system.*`` key set): accuracy against simulated time;
+- ``perplexity.png`` (next-token prediction): perplexity per round, overall and per client.
 
 An algorithm's own figures (cwFedAvg's ``row_norms.png``...), drawn at the end of a run from
 its final state and redrawn by ``fedsim report`` from a final checkpoint, are the other PNGs
@@ -28,6 +29,7 @@ import numpy as np
 
 # CLIENT_COLUMNS and load_run stay importable from here (older code, tests)
 from fedsim.tracking.label_plot import plot_label_distribution
+from fedsim.tracking.perplexity_plot import PERPLEXITY_PLOT, has_perplexity, plot_perplexity
 from fedsim.tracking.run_data import CLIENT_COLUMNS, RunData, is_number, load_run  # noqa: F401
 
 ACCURACY_CURVES = "accuracy_curves.png"
@@ -227,8 +229,10 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
             written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
         if any("unseen/acc_weighted" in m or "global/acc_weighted" in m for m in run.metrics):
             written.append(plot_seen_vs_unseen(run, plots / SEEN_VS_UNSEEN))
+        if has_perplexity(run):
+            written.append(plot_perplexity(run, plots / PERPLEXITY_PLOT, pyplot(), save_figure))
     for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
         print(f"fedsim: warning: plots of {run.run_dir}: {message}", file=sys.stderr)
-    drawn = (*REPORT_PLOTS, VS_SIM_TIME, SEEN_VS_UNSEEN)
+    drawn = (*REPORT_PLOTS, VS_SIM_TIME, SEEN_VS_UNSEEN, PERPLEXITY_PLOT)
     written += sorted(p for p in plots.glob("*.png") if p.name not in drawn)
     return written

@@ -60,6 +60,7 @@ CLIENT_COLUMNS: dict[str, Any] = {
     "round": int,
     "accuracy": float,
     "loss": float,
+    "perplexity": float,  # runs of next-token prediction only
     "n": int,
     "classes": int,
     "weight": float,  # empty: the client did not train that round

@@ -1,12 +1,13 @@
 """Weights & Biases sink: per-round summaries, per-client charts, config, partition, plots.
 
-Everything about clients is one section, ``clients/``: ``clients/accuracy``, ``clients/loss``
-and ``clients/weight`` are one multi-line chart each (``wandb.plot.line_series``: a line per
-client, clients ``0..max_client_series-1``), ``clients/accuracy_distribution`` a histogram per
-round and ``clients/table`` every evaluated client's row (clients.csv). A chart is a table plus
-its panel spec, so it works offline and syncs with the run; it is logged again at rounds 1, 2,
-4, 8... and at the end, so a running run shows it and all its tables together hold at most
-twice the final one's rows.
+Everything about clients is one section, ``clients/``: ``clients/accuracy``, ``clients/loss``,
+``clients/weight`` (and, for next-token prediction, ``clients/perplexity``) are one multi-line
+chart each (``wandb.plot.line_series``: a line per client, clients
+``0..max_client_series-1``), ``clients/accuracy_distribution`` a histogram per round and
+``clients/table`` every evaluated client's row (clients.csv). A chart is a table plus its panel
+spec, so it works offline and syncs with the run; it is logged again at rounds 1, 2, 4, 8...
+and at the end, so a running run shows it and all its tables together hold at most twice the
+final one's rows.
 
 The W&B run lives in ``<run_dir>/wandb/``. ``mode: online`` falls back to offline when there
 is no API key or the W&B host cannot be reached, and says how to ``wandb sync`` later.
@@ -41,7 +42,8 @@ EVALUATION_LINES = {
     "global/acc_weighted": "global model",
 }
 SECTION = "clients"  # every per-client panel: clients/accuracy, clients/loss, ...
-CLIENT_CHARTS = ("accuracy", "loss", "weight")  # one multi-line chart each
+# one multi-line chart each (perplexity: next-token prediction only, where rows have one)
+CLIENT_CHARTS = ("accuracy", "loss", "weight", "perplexity")
 
 
 def _warn(message: str) -> None:
@@ -233,7 +235,8 @@ class WandbSink(Sink):
             )
             for c in members:
                 if c.client < self.cfg.max_client_series:
-                    values = {"accuracy": c.accuracy, "loss": c.loss, "weight": c.weight}
+                    values = {"accuracy": c.accuracy, "loss": c.loss, "weight": c.weight,
+                              "perplexity": c.perplexity}  # fmt: skip
                     for metric, value in values.items():
                         if value is not None:
                             series = self._series[metric].setdefault(c.client, [])
