@@ -242,7 +242,8 @@ def run_experiment(
     created: Path | None = None
     try:
         created = make_run_dir(run_dir, overwrite=overwrite)
-        accept_hf_data(cfg.data)  # an hf: dataset's conversion is cached once a run is accepted
+        # an hf: dataset's conversion (tokens too) is cached once a run is accepted
+        accept_hf_data(cfg.data, cfg.model)
         for sink in sinks:
             partition = simulation.partition_info()
             sink.start(run_dir, cfg.to_dict(), partition)

@@ -22,6 +22,7 @@ MODELS: dict[str, str] = {
     "char_lstm": "lightning_modules.char_lstm:CharLSTM",
     "mlp": "lightning_modules.mlp:MLP",
     "causal_lm": "lightning_modules.causal_lm:CausalLM",
+    "sequence_classifier": "lightning_modules.sequence_classifier:SequenceClassifier",
 }
 MODEL_NAMES = tuple(MODELS)
 SUMMARIES = {
@@ -33,6 +34,7 @@ SUMMARIES = {
     "char_lstm": "LEAF's next-character LSTM (Shakespeare)",
     "mlp": "fully connected ReLU layers, model.hidden sizes (default 784-200-200-10 on digits)",
     "causal_lm": "a pretrained causal LM (model.args.source; SmolLM2-135M) with a LoRA adapter",
+    "sequence_classifier": "a pretrained LM's body with a LoRA adapter and a classification head",
 }
 ALLOWED = (
     f"allowed: {', '.join(MODEL_NAMES)}, or module:Class naming a LightningModule "

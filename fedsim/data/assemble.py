@@ -1,7 +1,8 @@
 """A run's federated data assembled from its config: the one entry for every source.
 
-``build_data`` reads ``data.*``: a Hugging Face source (``hf:``) through the conversion cache
-under ``data.root`` (``hf.py``), Shakespeare's roles tokenized for a language model
+``build_data`` reads ``data.*``: a Hugging Face source (``hf:``; a text column tokenized for a
+pretrained language model: ``hf_text.py``) through the conversion cache under ``data.root``
+(``hf.py``), Shakespeare's roles tokenized for a language model
 (``lm_text.py``), or a built-in or user loader once per process (``cached_dataset``); then
 the partition and each client's split (``build.py``). The config is read by its attributes
 (the config layer sits above this one).
@@ -33,7 +34,7 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
     d = cfg.data
     hf = None
     if dataset is None and is_hf_name(d.name):  # through the conversion cache under data.root
-        hf = load_hf(hf_source(d), d.root)
+        hf = load_hf(hf_source(d, cfg.model), d.root)
         dataset = hf.dataset
     elif dataset is None and d.name in LM_DATASET_NAMES:  # tokenized by data.tokenizer
         dataset = load_lm_dataset(d, cfg.model.args)

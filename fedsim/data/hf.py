@@ -1,6 +1,7 @@
 """``data.name=hf:<local path>``: a Hugging Face ``datasets`` folder (``save_to_disk``) or
 parquet / CSV / JSON files, read once into fedsim's in-memory datasets: images (grey or
-colour, for the CNNs) or numeric feature columns (tabular, for ``mlp``).
+colour, for the CNNs), numeric feature columns (tabular, for ``mlp``), character windows
+(``char_lstm``) or a text column tokenized for a pretrained language model (``hf_text.py``).
 
 String labels become ids (sorted names; the map goes to partition.json); a
 ``data.partition.by`` column is read too, for natural clients (one per value).
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.data import hf_cache, lm_text
+from fedsim.data import hf_cache, hf_text, lm_text
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
 from fedsim.data.hf_columns import (
     arrow_column,
@@ -49,9 +50,10 @@ class HFData:
         return self.info.get("train_rows")
 
 
-def hf_source(data: Any) -> HFSource:
+def hf_source(data: Any, model: Any = None) -> HFSource:
     """The HFSource a config's ``data`` section names (``data.partition.by`` is read only
-    for ``data.partition.name=natural``; config/effects.py refuses it otherwise)."""
+    for ``data.partition.name=natural``; config/effects.py refuses it otherwise); ``model``
+    (its ``model`` section) says whether a text column is tokenized, and how."""
     by = data.partition.by if data.partition.name == "natural" else None
     columns = data.input_column
     return HFSource(
@@ -62,6 +64,7 @@ def hf_source(data: Any) -> HFSource:
         by,
         data.resize,
         data.test_split if by is not None else None,
+        None if model is None else hf_text.text_spec(data, model),
     )
 
 
@@ -104,26 +107,30 @@ def _load_hf(source: HFSource, cache_root: str | None, stamp: str | None) -> HFD
             entry = hf_cache.cache_path(cache_root, key)
             if (hit := hf_cache.read(entry)) is not None:
                 return HFData(*hit, entry)
-        dataset, groups, info = convert(source, table)
-        if train_rows is not None:
-            info = {**info, "test_split": source.test_split, "train_rows": train_rows}
+        dataset, groups, info = convert(source, table, train_rows)
     if entry is not None:
         hf_cache.remember(entry, dataset, groups, info)
     return HFData(dataset, groups, info, entry)
 
 
-def accept(data: Any) -> None:
-    """The run of config section ``data`` passed every check: cache its conversion (a no-op
-    for other data, or when it was read from the cache)."""
+def accept(data: Any, model: Any = None) -> None:
+    """The run of config sections ``data`` and ``model`` passed every check: cache its
+    conversion (a no-op for other data, or when it was read from the cache)."""
     if is_hf_name(data.name):
-        hf_cache.write_pending(load_hf(hf_source(data), data.root).entry)
+        hf_cache.write_pending(load_hf(hf_source(data, model), data.root).entry)
     lm_text.accept(data)  # data.name=shakespeare-lm: its tokens
 
 
-def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
-    """(dataset, each row's ``data.partition.by`` value, partition.json's record) of an
-    Arrow table: the slow part that the cache saves."""
+def convert(
+    source: HFSource, table: Any, train_rows: int | None = None
+) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
+    """(dataset, each sample's ``data.partition.by`` value, partition.json's record) of an
+    Arrow table (``train_rows``: the rows of data.split before data.test_split's): the slow
+    part that the cache saves."""
     _check_columns(source, table.column_names)
+    groups = None if source.by is None else group_values(table, source.by)
+    if source.text is not None:
+        return _tokenized(source, table, groups, train_rows)
     if _is_text(table.features[source.input_columns[0]], source):
         dataset, label_names = _text(source, table)
     else:
@@ -136,7 +143,14 @@ def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, d
             f"{','.join(source.input_columns)} holds {kind} rows: nothing would read it; "
             "remove it",
         )  # fmt: skip
-    groups = None if source.by is None else group_values(table, source.by)
+    return dataset, groups, _info(source, dataset, groups, label_names, train_rows)
+
+
+def _info(
+    source: HFSource, dataset: Dataset, groups: np.ndarray | None, label_names: list[str],
+    train_rows: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """partition.json's record of a conversion."""
     info: dict[str, Any] = {
         "source": source.name,
         "split": source.split,
@@ -145,6 +159,32 @@ def convert(source: HFSource, table: Any) -> tuple[Dataset, np.ndarray | None, d
         "label_names": label_names,
         "digest": data_digest(dataset, groups),  # a resume refuses data that changed
     }
+    if train_rows is not None:
+        info.update(test_split=source.test_split, train_rows=train_rows)
+    return info
+
+
+def _tokenized(
+    source: HFSource, table: Any, groups: np.ndarray | None, train_rows: int | None
+) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
+    """A text column tokenized for a pretrained language model (``hf_text.py``)."""
+    spec = source.text
+    column = source.input_columns[0]
+    feature = table.features[column]
+    if len(source.input_columns) != 1 or getattr(feature, "dtype", None) not in (
+        "string", "large_string"
+    ):  # fmt: skip
+        kind = "several columns" if len(source.input_columns) != 1 else f"{feature}"
+        hf_text.refuse_non_text(spec, ",".join(source.input_columns), kind)
+    labels, label_names = None, []
+    if spec.task == hf_text.CLASSIFY:
+        labels, label_names = _labels(source, table)
+    dataset, groups, train_rows = hf_text.tokenize_table(
+        spec, source.name, table, column, labels, len(label_names), groups, train_rows
+    )
+    info = _info(source, dataset, groups, label_names, train_rows)
+    info["tokenized"] = {"tokenizer": spec.source, "max_length": spec.max_length,
+                         "packing": spec.packing, "task": spec.task}  # fmt: skip
     return dataset, groups, info
 
 
@@ -189,11 +229,12 @@ def _check_columns(source: HFSource, columns: list[str]) -> None:
     for column in source.input_columns:
         if column not in columns:
             raise ConfigError("data.input_column", column, listed)
-    if source.label_column not in columns:
+    next_token = source.text is not None and source.text.task == hf_text.NEXT_TOKEN
+    if source.label_column not in columns and not next_token:  # predicting: no labels
         raise ConfigError("data.label_column", source.label_column, listed)
     if source.by is not None and source.by not in columns:
         raise ConfigError("data.partition.by", source.by, listed)
-    if source.label_column in source.input_columns:
+    if source.label_column in source.input_columns and not next_token:
         raise ConfigError(
             "data.input_column", source.label_column, "is data.label_column: inputs must not "
             "hold the label",

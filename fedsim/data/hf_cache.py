@@ -40,9 +40,12 @@ _pending: dict[Path, tuple[Any, Any, dict[str, Any]]] = {}  # the newest two, as
 def _dataset_kinds() -> dict[str, type]:
     if not _KINDS:
         from fedsim.data.dataset_types import ImageDataset, TabularDataset
+        from fedsim.data.hf_text import LabelledTokens
+        from fedsim.data.lm_text import TokenDataset
         from fedsim.data.text import TextDataset
 
-        _KINDS.update(image=ImageDataset, tabular=TabularDataset, text=TextDataset)
+        _KINDS.update(image=ImageDataset, tabular=TabularDataset, text=TextDataset,
+                      tokens=TokenDataset, labelled_tokens=LabelledTokens)  # fmt: skip
     return _KINDS
 
 
@@ -70,6 +73,8 @@ def cache_key(source: Any, stamp: Any) -> str:
         "test_split": source.test_split,
         "data": stamp,
     }
+    if source.text is not None:  # tokenized (hf_text.py): by which tokenizer, how
+        described["text"] = source.text.described()
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
 
 

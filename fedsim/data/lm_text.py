@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -92,33 +92,33 @@ class TokenDataset(Dataset):
     def subset(self, indices: np.ndarray) -> TokenDataset:
         """Samples ``indices`` (the token stream is shared, not copied); clients are dropped."""
         indices = np.asarray(indices, dtype=np.int64)
-        return TokenDataset(
-            self.name, self.tokens, self.starts[indices], self.lengths[indices],
-            self.labels[indices], self.vocab_size, self.seq_len, self.tokenizer,
-        )  # fmt: skip
+        return replace(self, starts=self.starts[indices], lengths=self.lengths[indices],
+                       labels=self.labels[indices], clients=None)  # fmt: skip
 
     def concat(self, other: Dataset) -> TokenDataset:
-        if not isinstance(other, TokenDataset) or (other.seq_len, other.tokenizer) != (
-            self.seq_len, self.tokenizer
-        ):  # fmt: skip
+        if not isinstance(other, TokenDataset) or type(other) is not type(self) or (
+            other.seq_len, other.tokenizer) != (self.seq_len, self.tokenizer):  # fmt: skip
             raise ValueError(f"{other.name} is not tokenized as {self.name} is")
-        return TokenDataset(
-            self.name, np.concatenate([self.tokens, other.tokens]),
-            np.concatenate([self.starts, other.starts + len(self.tokens)]),
-            np.concatenate([self.lengths, other.lengths]),
-            np.concatenate([self.labels, other.labels]), self.vocab_size, self.seq_len,
-            self.tokenizer,
+        return replace(
+            self, tokens=np.concatenate([self.tokens, other.tokens]),
+            starts=np.concatenate([self.starts, other.starts + len(self.tokens)]),
+            lengths=np.concatenate([self.lengths, other.lengths]),
+            labels=np.concatenate([self.labels, other.labels]), clients=None,
         )  # fmt: skip
 
 
-def samples_of(ids: list[list[int]], seq_len: int, packing: bool) -> tuple[np.ndarray, ...]:
+def samples_of(
+    ids: list[list[int]], seq_len: int, packing: bool, overlap: bool = True
+) -> tuple[np.ndarray, ...]:
     """(tokens, starts, lengths) of one client's documents ``ids``: packed, one stream cut
-    into windows of seq_len + 1 tokens that overlap by one (every token a target once); or
-    one sample per document of >= 2 tokens, cut at seq_len + 1."""
+    into windows of seq_len + 1 tokens that overlap by one (every token a target once; not
+    ``overlap``: apart, so windows share no token, and one token in seq_len + 1 is no
+    target); or one sample per document of >= 2 tokens, cut at seq_len + 1."""
     if packing:
         stream = np.asarray([t for doc in ids for t in doc], dtype=np.int32)
-        n = max(len(stream) - 1, 0) // seq_len
-        starts = seq_len * np.arange(n, dtype=np.int64)
+        step = seq_len if overlap else seq_len + 1
+        n = max(len(stream) - (seq_len + 1), -1) // step + 1
+        starts = step * np.arange(n, dtype=np.int64)
         return stream, starts, np.full(n, seq_len + 1, dtype=np.int32)
     docs = [doc[: seq_len + 1] for doc in ids if len(doc) >= 2]
     lengths = np.asarray([len(d) for d in docs], dtype=np.int32)
@@ -172,18 +172,24 @@ def _stamp(files: list[Path]) -> list[list[Any]]:
     return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
-def _cache_entry(
-    key: str, root: str, source: str, seq_len: int, packing: bool, files: list[Path]
-) -> Path:
+def tokenizer_stamp(key: str, source: str) -> Any:
+    """What a tokenizer's cached output depends on: its files' names, sizes and times (a Hub
+    id: the id)."""
     from fedsim.pretrained import resolve
 
     where = resolve(key, source)
-    tokenizer_files: Any = where.location
-    if not where.hub:
-        folder = Path(where.location)
-        chosen = [folder / where.gguf_file] if where.gguf_file else sorted(
-            p for p in folder.iterdir() if p.is_file() and "token" in p.name)  # fmt: skip
-        tokenizer_files = _stamp(chosen)
+    if where.hub:
+        return where.location
+    folder = Path(where.location)
+    chosen = [folder / where.gguf_file] if where.gguf_file else sorted(
+        p for p in folder.iterdir() if p.is_file() and "token" in p.name)  # fmt: skip
+    return _stamp(chosen)
+
+
+def _cache_entry(
+    key: str, root: str, source: str, seq_len: int, packing: bool, files: list[Path]
+) -> Path:
+    tokenizer_files = tokenizer_stamp(key, source)
     described = {"format": FORMAT, "tokenizer": tokenizer_files, "plays": _stamp(files),
                  "seq_len": seq_len, "packing": packing}  # fmt: skip
     key = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]

@@ -12,6 +12,9 @@ from fedsim.plugins import check_callable_with, import_object, is_import_path
 IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
 TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
 LM_DATASET_NAMES = ("shakespeare-lm",)  # fedsim/data/lm_text.py: a language model's tokens
+# models that read tokens: an hf: text column is tokenized for them (fedsim/data/hf_text.py),
+# for next-token prediction or classification by data.label_column
+TOKENIZED_MODELS = {"causal_lm": "next_token", "sequence_classifier": "classify"}
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES + LM_DATASET_NAMES
 # data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
 # none (x / 255); fedsim/data/dataset_types.py
