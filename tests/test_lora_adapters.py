@@ -194,7 +194,9 @@ def test_fedavg_trains_the_adapter_and_counts_its_bytes(tiny, data_root, tmp_pat
 @pytest.mark.parametrize(
     ("algorithm", "extra"),
     [("fedprox", ["algorithm.mu=0.01"]), ("ditto", []), ("fedper", ["algorithm.personal_layers=1"]),
-     ("local", []), ("scaffold", []), ("feddyn", [])],  # client terms read the adapter only
+     ("local", []), ("scaffold", []), ("feddyn", []),  # client terms read the adapter only
+     ("fedvg", ["algorithm.val_ratio=0.5"]),  # validation gradients of the adapter's blocks
+     ("oracle", ["data.plays=3"])],  # each role's play is its true cluster
 )  # fmt: skip
 def test_personalization_runs_on_adapters(tiny, data_root, tmp_path, algorithm, extra):
     result = run_experiment(lm_config(tiny, data_root, f"algorithm.name={algorithm}", *extra),
