@@ -128,13 +128,13 @@ class DataConfig:
     test_split: str | None = checked(  # hf natural: each client's test rows come from this split
         None, lambda v: v is None or len(v) > 0, "a split name (or null: data.train_ratio)"
     )
-    tokenizer: str | None = checked(  # shakespeare-lm: smollm2, folder, .gguf, Hub id; null: model
+    tokenizer: str | None = checked(  # shakespeare-lm, hf: text: smollm2, folder, .gguf, Hub id
         None, lambda v: v is None or len(v) > 0, "a model source (or null: model.args.source)"
     )
-    max_length: int | None = checked(  # shakespeare-lm: tokens per sample; null: 128
+    max_length: int | None = checked(  # shakespeare-lm, hf: text: tokens per sample; null: 128
         None, lambda v: v is None or v >= 2, "must be >= 2 (or null: 128)"
     )
-    packing: bool | None = None  # shakespeare-lm: windows of one stream (null: true) | a line each
+    packing: bool | None = None  # shakespeare-lm, hf: text: windows of a stream (null) | a row each
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 
