@@ -48,6 +48,7 @@ def write_run(
     validated: bool = False,
     held: list[float] | None = None,
     acc: float = 0.5,
+    final_extra: dict | None = None,
 ) -> Path:
     """A finished run folder by hand: 2 evaluated rounds; round 1 holds ``accuracy``."""
     folder.mkdir(parents=True)
@@ -62,7 +63,8 @@ def write_run(
     best = {"round": 1, "acc_weighted": acc}  # on validation or on test: the last round
     summary = {
         "best": best,
-        "final": {"round": 1, "acc_weighted": acc, "acc_std": 0.1, "acc_worst10": acc / 2},
+        "final": {"round": 1, "acc_weighted": acc, "acc_std": 0.1, "acc_worst10": acc / 2,
+                  **(final_extra or {})},  # fmt: skip
         "selected_on": "validation" if validated else "test",
     }
     (folder / "summary.json").write_text(json.dumps(summary))
@@ -129,6 +131,26 @@ def test_compare_reads_seeds_pairs_them_and_writes_the_table(tmp_path) -> None:
     assert all(p.is_file() for p in written)
     with pytest.raises(ConfigError, match="--reference='local': matches no method"):
         write_comparison(methods, ["local"], tmp_path / "out")
+
+
+def test_language_model_runs_get_perplexity_and_held_out_columns(tmp_path) -> None:
+    """Next-token runs with held-out clients: perplexity (as is, not in percent) and the
+    held-out accuracy and perplexity join the table; runs without them add no column."""
+    for seed, ppl in enumerate([20.0, 22.0, 24.0]):
+        extra = {"perplexity": ppl, "unseen/acc_weighted": 0.3, "unseen/perplexity": 2 * ppl}
+        write_run(tmp_path / "lm" / f"a-seed{seed}", "a", "fedavg", seed, [0.5, 0.5],
+                  [100, 100], final_extra=extra)  # fmt: skip
+    methods = load_methods([tmp_path / "lm"])
+    assert run_numbers(methods[0].runs[1])["ppl"] == 22.0
+    table = write_comparison(methods, [], tmp_path / "out")[0].read_text()
+    half = T_2 * 2.0 / math.sqrt(3)  # sample std of 20, 22, 24 is 2
+    assert f"| 22.00 [{22 - half:.2f}, {22 + half:.2f}] | 30.00 [30.00, 30.00] | 44.00 [" in table
+    assert "perplexity (final) | held-out acc (final) | held-out perplexity (final)" in table
+    assert "perplexity (val-selected)" not in table  # no run was validated
+    assert "lower is better" in table and "never trained" in table
+    write_run(tmp_path / "img" / "b-seed0", "b", "fedavg", 0, [0.5, 0.5], [100, 100])
+    plain = write_comparison(load_methods([tmp_path / "img"]), [], tmp_path / "out2")
+    assert "perplexity" not in plain[0].read_text()
 
 
 def test_reproduce_tables_end_with_the_comparison(tmp_path) -> None:

@@ -10,7 +10,10 @@ method, over its seeds (mean, sample std and a 95 % t interval, ``fedsim.search.
 - ``acc_std`` and ``worst10``: the spread of client accuracies and the mean of the worst
   10 % of clients, at the final round;
 - ``flops``: FLOPs of local training per client round (runs with ``eval.count_flops``);
-- ``mb_up`` / ``mb_down``: MB a trained client sends / receives per round.
+- ``mb_up`` / ``mb_down``: MB a trained client sends / receives per round;
+- where the runs have them (``OPTIONAL``): next-token perplexity at the final round and at
+  the round selected on validation, and the held-out clients' accuracy and perplexity at
+  the final round (``eval.holdout_clients``).
 
 Against each reference method (FedAvg, Local...), the clients hurt (``clients_hurt``) on
 the same seeds, and the paired difference of ``acc`` (and ``val_acc``) with its interval and
@@ -37,6 +40,13 @@ COLUMNS = {  # key -> header; each column says what chose its round
     "acc_std": "client spread (final)",
     "worst10": "bottom decile (final)",
 }
+OPTIONAL = {  # shown only where some method has them: language models, held-out clients
+    "ppl": "perplexity (final)",
+    "val_ppl": "perplexity (val-selected)",
+    "unseen_acc": "held-out acc (final)",
+    "unseen_ppl": "held-out perplexity (final)",
+}
+LOWER_IS_BETTER = ("ppl", "val_ppl", "unseen_ppl")
 COSTS = {"flops": "GFLOPs / client round", "mb_up": "MB up / client round",
          "mb_down": "MB down / client round"}  # fmt: skip
 
@@ -109,6 +119,10 @@ def run_numbers(run: RunData) -> dict[str, float]:
         "val_acc": float(best.get("acc_weighted", math.nan)) if validated else math.nan,
         "acc_std": float(final.get("acc_std", math.nan)),
         "worst10": float(final.get("acc_worst10", math.nan)),
+        "ppl": float(final.get("perplexity", math.nan)),
+        "val_ppl": float(best.get("perplexity", math.nan)) if validated else math.nan,
+        "unseen_acc": float(final.get("unseen/acc_weighted", math.nan)),
+        "unseen_ppl": float(final.get("unseen/perplexity", math.nan)),
         "flops": _mean_of(run, "flops_per_client") / 1e9,
         "mb_up": _mean_of(run, "bytes_up", "num_trained") / 1e6,
         "mb_down": _mean_of(run, "bytes_down", "num_trained") / 1e6,
@@ -141,7 +155,7 @@ def method_row(method: Method) -> dict[str, Any]:
     """A method's seeds and, per column, mean, std and 95 % interval over them."""
     numbers = [run_numbers(run) for _, run in sorted(method.runs.items())]
     row: dict[str, Any] = {"label": method.label, "seeds": len(numbers)}
-    for key in (*COLUMNS, *COSTS):
+    for key in (*COLUMNS, *OPTIONAL, *COSTS):
         values = [n[key] for n in numbers]
         row[f"{key}_mean"], row[f"{key}_std"] = mean_std(values)
         row[f"{key}_lo"], row[f"{key}_hi"] = t_interval(values)
@@ -187,6 +201,6 @@ def load_methods(paths: list[str | Path]) -> list[Method]:
     return group_methods([load_run(p) for p in run_folders(paths)])
 
 
-__all__ = ["COLUMNS", "COSTS", "PAIRED_TEST", "Method", "compare_methods", "find_reference",
-           "group_methods", "load_methods", "method_row", "run_folders", "run_numbers",
-           "supported", "versus"]  # fmt: skip
+__all__ = ["COLUMNS", "COSTS", "LOWER_IS_BETTER", "OPTIONAL", "PAIRED_TEST", "Method",
+           "compare_methods", "find_reference", "group_methods", "load_methods", "method_row",
+           "run_folders", "run_numbers", "supported", "versus"]  # fmt: skip

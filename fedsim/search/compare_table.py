@@ -12,6 +12,8 @@ from typing import Any
 from fedsim.search.compare import (
     COLUMNS,
     COSTS,
+    LOWER_IS_BETTER,
+    OPTIONAL,
     PAIRED_TEST,
     Method,
     compare_methods,
@@ -42,13 +44,22 @@ def difference_cell(d: dict[str, float]) -> str:
     return text
 
 
+def optional_columns(rows: list[dict]) -> list[str]:
+    """The ``OPTIONAL`` columns some method has a number for."""
+    return [k for k in OPTIONAL if any(not math.isnan(r[f"{k}_mean"]) for r in rows)]
+
+
 def methods_markdown(rows: list[dict]) -> str:
-    """One row per method: accuracy columns in percent, costs per client round."""
-    heads = [*COLUMNS.values(), *COSTS.values()]
+    """One row per method: accuracy columns in percent, perplexities as they are (lower is
+    better), costs per client round."""
+    extra = optional_columns(rows)
+    heads = [*COLUMNS.values(), *(OPTIONAL[k] for k in extra), *COSTS.values()]
     lines = ["| method | seeds | " + " | ".join(heads) + " |",
              "|---|---:|" + "---:|" * len(heads)]  # fmt: skip
     for row in rows:
         cells = [interval_cell(row, k) for k in COLUMNS]
+        cells += [interval_cell(row, k, scale=1.0 if k in LOWER_IS_BETTER else 100.0)
+                  for k in extra]  # fmt: skip
         cells += [interval_cell(row, k, scale=1.0, digits=3) for k in COSTS]
         lines.append(f"| {row['label']} | {row['seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -96,7 +107,18 @@ def comparison_markdown(rows: list[dict], against: dict[str, list[dict]]) -> str
     """The whole comparison: methods, then each reference's table, then the notes."""
     parts = [methods_markdown(rows)]
     parts += [versus_markdown(ref, vs) for ref, vs in against.items() if vs]
-    return "\n".join([*parts, notes(against)])
+    return "\n".join([*parts, notes(against) + optional_notes(optional_columns(rows))])
+
+
+def optional_notes(extra: list[str]) -> str:
+    """What the optional columns shown mean (empty when none is)."""
+    text = ""
+    if {"ppl", "val_ppl", "unseen_ppl"} & set(extra):
+        text += ("Perplexity: exp of the mean next-token loss over every test token of the "
+                 "trained (or held-out) clients; lower is better. ")  # fmt: skip
+    if any(k.startswith("unseen") for k in extra):
+        text += "Held-out: clients that never trained (eval.holdout_clients)."
+    return f"\n{text.rstrip()}\n" if text else ""
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
