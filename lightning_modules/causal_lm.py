@@ -24,6 +24,7 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES, SMOLLM2, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
+from lightning_modules.lora_residual import add_residuals
 
 SOURCE_KEY = "model.args.source"
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -61,7 +62,8 @@ def _check_targets(model: torch.nn.Module, targets: list[str], source: str) -> N
 
 class CausalLM(FLModule):
     """A pretrained causal LM (``source``) with LoRA on ``targets`` (rank, alpha, dropout);
-    ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward."""
+    ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward;
+    ``residual``: a dense residual per adapted module for FedEx-LoRA (``lora_residual.py``)."""
 
     frozen_base = True  # flat_params: only the adapter (trainable parameters) travels
 
@@ -77,6 +79,7 @@ class CausalLM(FLModule):
         targets: Any = ("q_proj", "v_proj"),
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
+        residual: bool = False,
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
@@ -101,6 +104,8 @@ class CausalLM(FLModule):
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
         self.lm = peft.get_peft_model(shared_copy(base), config)
+        if residual:  # FedEx-LoRA's fold, beside the shared frozen weights (not in them)
+            add_residuals(self.lm)
         if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
             enable = getattr(self.lm, "activation_checkpointing_enable", None)
             if enable is None:

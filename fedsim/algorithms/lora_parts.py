@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from fedsim.errors import ConfigError
 from lightning_modules.flat_params import ParamLayout
-
-RESIDUAL = "lora_residual"  # lightning_modules/lora_residual.py's parameter name
+from lightning_modules.lora_residual import RESIDUAL
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,11 @@
+"""FedSA-LoRA: LoRA's A matrices shared and averaged, each client's B matrices kept
+
+``algorithm.*`` keys of ``fedsim/algorithms/fedsa_lora.py`` (torch-free: a config is checked
+without importing the algorithm). It has no keys of its own; it needs a LoRA adapter model.
+"""
+
+from fedsim.algorithm_params.base import AlgorithmParams
+
+Params = AlgorithmParams
+# its smallest runnable example: LoRA adapters on a pretrained LM over Shakespeare's roles
+EXAMPLE = ("model.name=causal_lm", "data.name=shakespeare-lm")
