@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedsim.algorithm_params import BUILTIN_NAMES, example
+
 HIDDEN, LAYERS, HEADS, KV_HEADS = 32, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
+# built-in algorithms that act on a LoRA adapter's A and B only (their example names the adapter
+# model): the contract and feature-pair tests on MNIST's CNN leave them out, and their own
+# tests run them on this tiny Llama
+ADAPTER_ONLY = tuple(n for n in BUILTIN_NAMES if "model.name=causal_lm" in example(n))
 TEXT = [
     "To be, or not to be, that is the question:",
     "Whether 'tis nobler in the mind to suffer",
@@ -50,3 +56,13 @@ def lora_params(rank: int, targets: tuple[str, ...] = ("q_proj", "v_proj")) -> i
     out = {"q_proj": HIDDEN, "k_proj": KV_HEADS * HEAD_DIM, "v_proj": KV_HEADS * HEAD_DIM,
            "o_proj": HIDDEN}  # fmt: skip
     return LAYERS * sum(rank * HIDDEN + out[t] * rank for t in targets)
+
+
+def shared_tiny_model(base: Path) -> Path:
+    """The tiny model under ``base`` (a test process's base temporary folder), built by the
+    first module of the process that asks for it; later modules read the same folder."""
+    folder = base / "tiny-llama-shared"
+    if not (folder / "config.json").is_file():
+        folder.mkdir(exist_ok=True)
+        build_tiny_model(folder)
+    return folder

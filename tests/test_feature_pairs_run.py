@@ -29,9 +29,8 @@ from typing import Any
 import pytest
 from allpairspy import AllPairs
 from helpers import invoke_cli, lend_pool_to_runs, stderr_lines
-from test_feature_pairs import FEATURES, PAIRS, SWITCHES
+from test_feature_pairs import FEATURES, NAMES, PAIRS, SWITCHES
 
-from fedsim.algorithm_params import BUILTIN_NAMES
 from fedsim.algorithms import ALGORITHMS
 
 Options = list[str]
@@ -65,7 +64,7 @@ RAY = ["runtime.executor=ray", "runtime.workers=2", "runtime.cpus_per_worker=0.5
 
 # parameter -> value -> overrides; a value's name is test_feature_pairs' switch where one is
 GROUPS: dict[str, dict[str, Options]] = {
-    "algorithm": {f"alg-{n}": SWITCHES[f"alg-{n}"] for n in BUILTIN_NAMES},
+    "algorithm": {f"alg-{n}": SWITCHES[f"alg-{n}"] for n in NAMES},
     "asynchronous": {"sync": [], "async": FEATURES["async"]},
     "dropout": {
         "no-dropout": [],
@@ -120,8 +119,8 @@ GROUPS: dict[str, dict[str, Options]] = {
 UPLOADS_NONE = ("apfl", "fc", "fedamp", "feddisco", "fedfomo", "ifca", "local", "oracle",
                 "perfedavg", "pfedme", "spcacw")  # fmt: skip
 NO_PLAIN_MEAN = ("cwfedavg", "fednova")
-NO_GLOBAL_MODEL = tuple(n for n in BUILTIN_NAMES if not ALGORITHMS[n].has_global_model)
-REFUSES_NEWCOMERS = tuple(n for n in BUILTIN_NAMES if ALGORITHMS[n].newcomer.refused)
+NO_GLOBAL_MODEL = tuple(n for n in NAMES if not ALGORITHMS[n].has_global_model)
+REFUSES_NEWCOMERS = tuple(n for n in NAMES if ALGORITHMS[n].newcomer.refused)
 UPLOAD_OPTIONS = ("clipping", "adaptive-clip", "dp-local", "dp-central", "dp-fixed", "topk",
                   "threshold-ef", "sign-flip", "median", "krum", "trimmed-mean", "anomaly",
                   "async", "async-dropout")  # fmt: skip

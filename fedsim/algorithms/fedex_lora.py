@@ -71,11 +71,13 @@ class FedExLoRA(SharedPart):
             )  # fmt: skip
         super().__init__(params, federation)
         by_name = federation.layout.by_name
-        # each module's B A, flattened, one after the other: the "products" sum
-        self.product_slices, offset = [], 0
+        # each module's B A, flattened, one after the other: the "products" sum ([start, stop)
+        # pairs: a checkpoint holds the algorithm, and loads plain values only)
+        self.product_ranges: list[tuple[int, int]] = []
+        offset = 0
         for m in self.modules:
             size = by_name[m.b].shape[0] * by_name[m.a].shape[1]
-            self.product_slices.append(slice(offset, offset + size))
+            self.product_ranges.append((offset, offset + size))
             offset += size
 
     def shared_names(self) -> list[str]:
@@ -105,10 +107,10 @@ class FedExLoRA(SharedPart):
             return state
         params, layout = new["params"], self.federation.layout
         mean_products = total.value / total.weight
-        for m, part in zip(self.modules, self.product_slices, strict=True):
+        for m, (start, stop) in zip(self.modules, self.product_ranges, strict=True):
             folded = layout.view(params, m.b).double() @ layout.view(params, m.a).double()
             residual = layout.view(params, m.residual)
-            gap = mean_products[part].view(residual.shape) - folded
+            gap = mean_products[start:stop].view(residual.shape) - folded
             residual.copy_((residual.double() + gap).float())
         return new
 
