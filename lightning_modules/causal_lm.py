@@ -24,6 +24,7 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES, SMOLLM2, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
+from lightning_modules.dual_adapter import add_personal_adapter
 
 SOURCE_KEY = "model.args.source"
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -61,7 +62,8 @@ def _check_targets(model: torch.nn.Module, targets: list[str], source: str) -> N
 
 class CausalLM(FLModule):
     """A pretrained causal LM (``source``) with LoRA on ``targets`` (rank, alpha, dropout);
-    ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward."""
+    ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward;
+    ``personal_adapter`` adds a second adapter beside the first (FedDPA: dual_adapter.py)."""
 
     frozen_base = True  # flat_params: only the adapter (trainable parameters) travels
 
@@ -77,6 +79,7 @@ class CausalLM(FLModule):
         targets: Any = ("q_proj", "v_proj"),
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
+        personal_adapter: bool = False,
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
@@ -101,6 +104,10 @@ class CausalLM(FLModule):
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
         self.lm = peft.get_peft_model(shared_copy(base), config)
+        if not isinstance(personal_adapter, bool):
+            raise ConfigError("model.args.personal_adapter", personal_adapter, "true or false")
+        self.dual = add_personal_adapter(self.lm, config, int(base.config.hidden_size)) if (
+            personal_adapter) else None  # a second adapter beside the first (dual_adapter.py)
         if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
             enable = getattr(self.lm, "activation_checkpointing_enable", None)
             if enable is None:
@@ -123,5 +130,9 @@ class CausalLM(FLModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T), -1 for padding -> next-token logits (B, vocab, T)."""
         mask = x >= 0
+        if self.dual is not None:  # the two adapters scaled per instance
+            with self.dual.mixing(x):
+                out = self.lm(input_ids=x.clamp(min=0), attention_mask=mask.long(), use_cache=False)
+            return out.logits.float().transpose(1, 2)
         out = self.lm(input_ids=x.clamp(min=0), attention_mask=mask.long(), use_cache=False)
         return out.logits.float().transpose(1, 2)
