@@ -108,7 +108,9 @@ class FedDPA(SharedPart):
         super().__init__(params, federation)
         personal = adapter_names(names, PERSONAL)
         self.adapter_ranges = flat_ranges(layout, personal)
-        self.mix_slice, self.reference_slice = layout.slice_of(MIX), layout.slice_of(REFERENCE)
+        # (start, stop), not slices: a checkpoint holds plain values only
+        self.mix_at = flat_ranges(layout, [MIX])[0]
+        self.reference_at = flat_ranges(layout, [REFERENCE])[0]
         control = [MIX, REFERENCE]
         self.frozen_global_pass = personal + control  # the main pass trains the global adapter
         self.frozen_personal_pass = self.global_names + control
@@ -129,10 +131,10 @@ class FedDPA(SharedPart):
         model = params.clone()
         if state is not None:
             scatter(model, self.adapter_ranges, state["personal"])
-            model[self.reference_slice] = state["reference"]
+            model[slice(*self.reference_at)] = state["reference"]
         else:
-            model[self.reference_slice] = 0.0
-        model[self.mix_slice] = torch.tensor(mix, dtype=model.dtype)
+            model[slice(*self.reference_at)] = 0.0
+        model[slice(*self.mix_at)] = torch.tensor(mix, dtype=model.dtype)
         return model
 
     def inference_mix(self) -> tuple[float, float, float]:
