@@ -220,6 +220,8 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
     data = build_data(load_config(None, BASE))
     rows = {}
     for name in algorithm_names():
+        if name in adapter_only():  # they cannot build on this page's CNN (see the page)
+            continue
         own = [*BASE, f"algorithm.name={name}", *example(name)]
         own = [o for o in own if not o.startswith("model.name=")] + [
             o for o in own if o.startswith("model.name=")
@@ -229,6 +231,14 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
         if name in NEEDS_BATCHNORM:  # the example module has no BatchNorm: not about plainness
             rows[name]["plain LightningModule"] = "n/a"
     return list(OPTIONS), rows
+
+
+def adapter_only() -> list[str]:
+    """The algorithms that act on a LoRA adapter only: their example names the adapter model."""
+    from fedsim.algorithm_params import example
+    from fedsim.keys import algorithm_names
+
+    return [n for n in algorithm_names() if "model.name=causal_lm" in example(n)]
 
 
 def feature_pairs() -> int:

@@ -36,9 +36,9 @@ class HetLoRAParams(AlgorithmParams):
     tier_ranks: dict = field(  # {tier: rank}, the rank of each tier in client_tiers
         default_factory=lambda: {"high": 8, "mid": 4, "low": 2}
     )
-    aggregation: str = "sparsity"  # sparsity: weights |B_k A_k|_F | n: n_k (both zero-padded)
+    aggregation: str = "sparsity"  # sparsity: weights norm(B_k A_k) | n: n_k (zero-padded)
     self_pruning: bool = True  # a client whose tail ranks shrank in a round prunes them
-    prune_lambda: float = checked(  # lambda of the tail penalty |A_tail| |B_tail| (0: none)
+    prune_lambda: float = checked(  # lambda of the tail penalty norm(A_tail) norm(B_tail)
         0.01, lambda v: v >= 0, "must be >= 0"
     )
     prune_gamma: float = checked(  # gamma: the tail is ranks floor(gamma r)..r; pruning keeps it
