@@ -149,10 +149,14 @@ def test_self_pruning_lowers_ranks_under_its_penalty(tiny, tmp_path):
 
 def test_resume_and_ray_equal_the_straight_local_run(tiny, tmp_path, ray_pool):
     """With ranks pruned between rounds (client state), a resumed run and the Ray pool
-    equal the straight local run to the bit."""
+    equal the straight local run to the bit; a held-out client gets the whole global adapter
+    and is scored."""
     cfg = config(tiny, tmp_path / "data", "algorithm.prune_lambda=5.0",
-                 "algorithm.prune_gamma=0.5", "checkpoint_every=1", "rounds=3")  # fmt: skip
-    straight = resumed_equals_straight(tiny, cfg, 3, tmp_path)
+                 "algorithm.prune_gamma=0.5", "checkpoint_every=1", "rounds=3",
+                 "data.num_clients=4", "eval.holdout_clients=0.25", "eval.model=both")  # fmt: skip
+    straight = resumed_equals_straight(tiny, cfg, tmp_path)
+    last = straight.history[-1]
+    assert np.isfinite(last["unseen/loss"]) and np.isfinite(last["global/loss"])
     _, ray = simulate(tiny, cfg, held=ray_pool)
     assert untimed(ray.history) == untimed(straight.history)
     assert torch.equal(ray.state["params"], straight.state["params"])
