@@ -24,6 +24,7 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES, SMOLLM2, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
+from lightning_modules.dual_adapter import add_personal_adapter
 from lightning_modules.lora_residual import add_residuals
 
 SOURCE_KEY = "model.args.source"
@@ -63,7 +64,8 @@ def _check_targets(model: torch.nn.Module, targets: list[str], source: str) -> N
 class CausalLM(FLModule):
     """A pretrained causal LM (``source``) with LoRA on ``targets`` (rank, alpha, dropout);
     ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward;
-    ``residual``: a dense residual per adapted module for FedEx-LoRA (``lora_residual.py``)."""
+    ``residual``: a dense residual per adapted module for FedEx-LoRA (``lora_residual.py``);
+    ``personal_adapter`` adds a second adapter beside the first (FedDPA: dual_adapter.py)."""
 
     frozen_base = True  # flat_params: only the adapter (trainable parameters) travels
 
@@ -80,6 +82,7 @@ class CausalLM(FLModule):
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
         residual: bool = False,
+        personal_adapter: bool = False,
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
@@ -104,8 +107,17 @@ class CausalLM(FLModule):
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
         self.lm = peft.get_peft_model(shared_copy(base), config)
+        if not isinstance(personal_adapter, bool):
+            raise ConfigError("model.args.personal_adapter", personal_adapter, "true or false")
+        if residual and personal_adapter:
+            raise ConfigError(
+                "model.args.residual", residual, "is FedEx-LoRA's and model.args.personal_adapter "
+                "FedDPA's: set one of them, not both",
+            )  # fmt: skip
         if residual:  # FedEx-LoRA's fold, beside the shared frozen weights (not in them)
             add_residuals(self.lm)
+        self.dual = add_personal_adapter(self.lm, config, int(base.config.hidden_size)) if (
+            personal_adapter) else None  # a second adapter beside the first (dual_adapter.py)
         if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
             enable = getattr(self.lm, "activation_checkpointing_enable", None)
             if enable is None:
@@ -128,5 +140,9 @@ class CausalLM(FLModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T), -1 for padding -> next-token logits (B, vocab, T)."""
         mask = x >= 0
+        if self.dual is not None:  # the two adapters scaled per instance
+            with self.dual.mixing(x):
+                out = self.lm(input_ids=x.clamp(min=0), attention_mask=mask.long(), use_cache=False)
+            return out.logits.float().transpose(1, 2)
         out = self.lm(input_ids=x.clamp(min=0), attention_mask=mask.long(), use_cache=False)
         return out.logits.float().transpose(1, 2)

@@ -1,0 +1,38 @@
+"""FedDPA: a global LoRA adapter averaged, a personal one kept, mixed per instance at inference
+
+``algorithm.*`` keys of ``fedsim/algorithms/feddpa.py`` (torch-free: a config is checked
+without importing the algorithm). Needs ``model.name=causal_lm`` with
+``model.args.personal_adapter=true``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedsim.algorithm_params.base import AlgorithmParams, is_positive_count
+from fedsim.checks import checked
+
+# the smallest runnable example: an adapter model with its second (personal) adapter
+EXAMPLE = ("model.name=causal_lm", "model.args.personal_adapter=true")
+
+
+@dataclass
+class FedDPAParams(AlgorithmParams):
+    """``algorithm.*`` keys of FedDPA (FedDPA-T: the two adapters trained in turn each round)."""
+
+    local_weight: float = checked(  # a: the personal adapter's scale in its pass (global: 1 - a)
+        0.5, lambda v: 0 < v <= 1, "must be in (0, 1]"
+    )
+    max_weight: float = checked(  # w: the global adapter's scale at inference is w x similarity
+        0.5, lambda v: 0 <= v <= 1, "must be in [0, 1]"
+    )
+    dynamic: bool = True  # false: fixed scales at inference, w global and 1 - w personal
+    reference_samples: int = checked(  # training instances the similarity is measured against
+        5, is_positive_count, "must be an integer >= 1"
+    )
+    personal_epochs: int = checked(  # epochs of the personal adapter's pass each round
+        1, is_positive_count, "must be an integer >= 1"
+    )
+
+
+Params = FedDPAParams
