@@ -7,12 +7,19 @@ and its tokenizer are loaded once per process and shared: by the driver's templa
 worker in one process, and by every client a worker serves. Both the model layer
 (``lightning_modules/causal_lm.py``) and the data layer (``fedsim/data/lm_text.py``) read
 sources through here, so a tokenizer and its model always resolve alike.
+
+The driver evaluates nothing (its workers do), so it builds its template ``without_weights``:
+the model's structure from its config on PyTorch's meta device (no weight read or held), the
+adapter on the CPU from the same random stream as over the real weights, so the initial
+adapter is the same to the bit (``adapter_ready``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,10 +148,77 @@ def load_tokenizer(key: str, source: str) -> Any:
         ) from None
 
 
-@functools.lru_cache(maxsize=2)
+_structure_only: list[bool] = []  # inside ``without_weights``
+
+
+@contextlib.contextmanager
+def without_weights() -> Iterator[None]:
+    """Inside, ``load_frozen_base`` gives the model's structure without its weights (on the
+    meta device): what a template that never runs the model needs (the driver's)."""
+    _structure_only.append(True)
+    try:
+        yield
+    finally:
+        _structure_only.pop()
+
+
 def load_frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
     """The pretrained causal LM of ``source``, frozen and in eval mode, once per process:
-    every module built on it shares its weights (``shared_copy``)."""
+    every module built on it shares its weights (``shared_copy``). Inside
+    ``without_weights``: its structure alone, its tensors on the meta device."""
+    if _structure_only:
+        return _frozen_structure(key, source, dtype)
+    return _frozen_base(key, source, dtype)
+
+
+@functools.lru_cache(maxsize=2)
+def _frozen_structure(key: str, source: str, dtype: str) -> Any:
+    """The model of ``source`` built from its config on the meta device: no weight is read."""
+    import torch
+    import transformers
+
+    where = resolve(key, source)
+    load = transformers.AutoConfig.from_pretrained
+    if where.hub:
+        config = _from_hub(key, where, load)
+    else:
+        try:
+            config = load(where.location, **where.kwargs())
+        except (OSError, ValueError) as err:
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(
+                key, source, f"holds no causal LM transformers can read: {first}"
+            ) from None
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def adapter_ready(model: Any, targets: list[str]) -> Any:
+    """``model`` (a ``shared_copy``) ready for peft's adapter: a model without weights gets,
+    on each targeted Linear, a CPU weight of its shape and type that holds one number
+    (``expand``: nothing is allocated). peft creates each adapter on the CPU from the random
+    stream, then moves it to its base layer's device and type: to the CPU, as over the real
+    weights, where on the meta device its values would be lost."""
+    import torch
+
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if (isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets
+                and weight is not None and weight.is_meta):  # fmt: skip
+            stand_in = torch.zeros(1, dtype=weight.dtype).expand(weight.shape)
+            module.weight = torch.nn.Parameter(stand_in, requires_grad=False)
+    return model
+
+
+def is_without_weights(module: Any) -> bool:
+    """Whether ``module`` was built ``without_weights`` (some of its tensors are meta)."""
+    return any(p.is_meta for p in module.parameters())
+
+
+@functools.lru_cache(maxsize=2)
+def _frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
     import torch
     import transformers
 

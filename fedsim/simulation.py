@@ -25,6 +25,7 @@ from fedsim.data.holdout import hold_out
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.interrupts import Interruption
+from fedsim.pretrained import is_without_weights, without_weights
 from fedsim.rounds.clock_build import trace_mapping
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.evaluation import check_evaluation
@@ -106,10 +107,14 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         # how every copy of the model is built, resolved once (the run plan carries it)
         model = ModelBuild.from_config(cfg, self.data.dataset.model_kwargs())
-        template = build_client_model(model.name, model.args, model.kwargs, model.optimizer)
+        with without_weights():  # the driver runs no model: a pretrained base's structure
+            template = build_client_model(model.name, model.args, model.kwargs, model.optimizer)
         sample = sample_batch(self.data)
-        # one forward: the model fits the data (one line if not); lazy layers materialize
-        fit_model(template, sample, self.data.num_classes, cfg.model.name)
+        # one forward: the model fits the data (one line if not); lazy layers materialize. A
+        # module over a pretrained base without its weights checked its shapes as it was
+        # built; the workers, which hold the weights, run this forward too
+        if not is_without_weights(template):
+            fit_model(template, sample, self.data.num_classes, cfg.model.name)
         self.initial_params = flatten_module(template)
         self.federation = federation_info(template, self.data, cfg)
         algo_cls = get_algorithm_class(cfg.algorithm.name)

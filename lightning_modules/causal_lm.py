@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from fedsim.errors import ConfigError
-from fedsim.pretrained import DTYPES, SMOLLM2, load_frozen_base, shared_copy
+from fedsim.pretrained import DTYPES, SMOLLM2, adapter_ready, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
 from lightning_modules.dual_adapter import add_personal_adapter
 from lightning_modules.lora_residual import add_residuals
@@ -106,7 +106,7 @@ class CausalLM(FLModule):
         config = peft.LoraConfig(
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
-        self.lm = peft.get_peft_model(shared_copy(base), config)
+        self.lm = peft.get_peft_model(adapter_ready(shared_copy(base), targets), config)
         if not isinstance(personal_adapter, bool):
             raise ConfigError("model.args.personal_adapter", personal_adapter, "true or false")
         if residual and personal_adapter:

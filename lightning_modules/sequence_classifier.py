@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fedsim.errors import ConfigError
-from fedsim.pretrained import SMOLLM2, load_frozen_base, shared_copy
+from fedsim.pretrained import SMOLLM2, adapter_ready, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
 from lightning_modules.causal_lm import _LAYER, SOURCE_KEY, _check, _check_targets
 
@@ -70,7 +70,8 @@ class SequenceClassifier(FLModule):
         config = peft.LoraConfig(
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
-        self.body = peft.get_peft_model(shared_copy(base).base_model, config)
+        body = adapter_ready(shared_copy(base).base_model, targets)
+        self.body = peft.get_peft_model(body, config)
         if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
             enable = getattr(self.body, "activation_checkpointing_enable", None)
             if enable is None:

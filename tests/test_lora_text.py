@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import untimed
 from lora_fixtures import HIDDEN, TEXT, build_tiny_model, lora_params
 
 from fedsim.config import load_config
@@ -164,3 +165,30 @@ def test_tokenizing_keys_where_nothing_reads_them_are_one_line(
                        progress=False, report=False)  # fmt: skip
     assert err.value.key == key and "\n" not in str(err.value)
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+def test_the_driver_builds_its_template_without_the_base_to_the_same_bits(
+    tiny, table, tmp_path, monkeypatch
+):
+    """The driver runs no model: its template is the base's structure on the meta device
+    with the adapter on the CPU (no weight loaded), the same initial adapter to the bit and
+    the same run as a template over the real weights."""
+    import contextlib
+
+    from fedsim import pretrained, simulation
+
+    cfg = text_config(tiny, table, tmp_path / "data", "algorithm.name=ditto")
+    loaded = []
+    real = pretrained._frozen_base
+    monkeypatch.setattr(pretrained, "_frozen_base", lambda *a: loaded.append(a) or real(*a))
+    light = simulation.Simulation(cfg)
+    assert loaded == []  # the driver read the model's config, not its weights
+    lean = run_experiment(cfg, tmp_path / "lean", simulation=light, progress=False, report=False)
+    assert loaded  # the (local) worker did
+    monkeypatch.setattr(simulation, "without_weights", contextlib.nullcontext)
+    full = simulation.Simulation(cfg)
+    assert torch.equal(light.initial_params, full.initial_params)
+    whole = run_experiment(cfg, tmp_path / "full", simulation=full, progress=False, report=False)
+    for key in whole.state:
+        assert torch.equal(lean.state[key], whole.state[key]), key
+    assert untimed(history(tmp_path / "lean")) == untimed(history(tmp_path / "full"))
