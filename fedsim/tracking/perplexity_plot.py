@@ -42,6 +42,7 @@ def plot_perplexity(run: Any, path: Path, pyplot: Any, save: Any) -> Path:
     ax.set_xlabel("round")
     ax.set_ylabel("test perplexity (exp of the loss per token)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.set_title(f"{run.label}: perplexity", fontsize=10)
     return save(fig, path)
