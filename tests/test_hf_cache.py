@@ -31,9 +31,9 @@ def conversions(monkeypatch) -> list[str]:
     calls: list[str] = []
     convert = hf.convert
 
-    def counted(source, table):
+    def counted(source, table, *train_rows):
         calls.append(source.name)
-        return convert(source, table)
+        return convert(source, table, *train_rows)
 
     monkeypatch.setattr(hf, "convert", counted)
     hf.load_hf.cache_clear()
