@@ -59,6 +59,11 @@ class SequenceClassifier(FLModule):
                 f"tokenized into {vocab_size}: tokenize with the model's own tokenizer "
                 "(data.tokenizer: null, or the same source)",
             )  # fmt: skip
+        if vocab_size and num_classes == vocab_size:  # a class per token: next-token data
+            raise ConfigError(
+                "model.name", "sequence_classifier", "classifies a row by data.label_column, "
+                "and this data predicts next tokens: use causal_lm, or an hf: text column",
+            )  # fmt: skip
         if num_classes < 2:
             raise ConfigError(
                 "data.label_column", num_classes, "a classifier needs labels of >= 2 classes"

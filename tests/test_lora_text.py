@@ -132,6 +132,8 @@ def test_the_sequence_classifier_trains_its_head_and_adapter(tiny, table, tmp_pa
     head = HIDDEN * 2 + 2  # a Linear to the two moods
     module = SequenceClassifier(num_classes=2, source=tiny, rank=RANK)
     assert module.block_names[-1] == "head" and len(module.block_names) == 3
+    with pytest.raises(ConfigError, match="predicts next tokens"):  # shakespeare-lm's shapes
+        SequenceClassifier(vocab_size=300, seq_len=6, num_classes=300, source=tiny)
     cfg = text_config(tiny, table, tmp_path / "data", "model.name=sequence_classifier",
                       "data.label_column=mood", "algorithm.name=fedper",
                       "algorithm.personal_layers=1")  # fmt: skip
