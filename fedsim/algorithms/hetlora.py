@@ -96,6 +96,11 @@ class HetLoRA(Algorithm):
         self.client_rank = [self._rank_of(c) for c in range(federation.num_clients)]
         self.indices: dict[int, torch.Tensor] = {}  # rank -> its entries of the flat vector
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the index cache: a checkpoint or a worker gets the rules, not megabytes of
+        indices it rebuilds on first use."""
+        return {**self.__dict__, "indices": {}}
+
     def _rank_of(self, client: int) -> int:
         p, key, rank = self.params, "model.args.rank", self.max_rank
         if p.client_tiers is not None and client in p.client_tiers:
