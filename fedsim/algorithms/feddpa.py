@@ -40,6 +40,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     NewcomerRule,
 )
+from fedsim.algorithms.lora_parts import require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
@@ -94,11 +95,7 @@ class FedDPA(SharedPart):
     def __init__(self, params: FedDPAParams, federation: FederationInfo):
         layout = federation.layout
         names = [e.name for e in layout.entries]
-        if not any(".lora_A." in n for n in names):
-            raise ConfigError(
-                "algorithm.name", "feddpa", "trains LoRA adapters and the model has none: set "
-                "model.name=causal_lm with model.args.personal_adapter=true",
-            )  # fmt: skip
+        require_lora(layout, "feddpa")
         if MIX not in layout.by_name or not adapter_names(names, PERSONAL):
             raise ConfigError(
                 "model.args.personal_adapter", False, "FedDPA needs a personal adapter beside "

@@ -37,19 +37,10 @@ from fedsim.algorithms.base import (
     ServerState,
     WeightedSum,
 )
+from fedsim.algorithms.lora_parts import require_lora
 from fedsim.algorithms.registry import register
 from fedsim.errors import ConfigError
 from lightning_modules.hooks import ClientTerms
-
-
-def lora_pairs(names: list[str]) -> list[tuple[str, str]]:
-    """(A, B) entry names per adapted module, in layout order (peft's ``lora_A.<adapter>``)."""
-    pairs = []
-    for name in names:
-        module, sep, rest = name.partition(".lora_A.")
-        if sep and f"{module}.lora_B.{rest}" in names:
-            pairs.append((name, f"{module}.lora_B.{rest}"))
-    return pairs
 
 
 class TailPenalty(ClientTerms):
@@ -85,16 +76,15 @@ class HetLoRA(Algorithm):
     def __init__(self, params: HetLoRAParams, federation: FederationInfo):
         super().__init__(params, federation)
         layout = federation.layout
-        names = [e.name for e in layout.entries]
-        self.pairs = lora_pairs(names)
-        if not self.pairs:
-            raise ConfigError(
-                "algorithm.name", "hetlora", "trains LoRA adapters of per-client ranks and the "
-                "model has none (no lora_A / lora_B parameters): set model.name=causal_lm",
-            )  # fmt: skip
+        self.pairs = [(m.a, m.b) for m in require_lora(layout, "hetlora")]  # (A, B) per module
         self.max_rank = layout.by_name[self.pairs[0][0]].shape[0]
         self.client_rank = [self._rank_of(c) for c in range(federation.num_clients)]
         self.indices: dict[int, torch.Tensor] = {}  # rank -> its entries of the flat vector
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the index cache: a checkpoint or a worker gets the rules, not megabytes of
+        indices it rebuilds on first use."""
+        return {**self.__dict__, "indices": {}}
 
     def _rank_of(self, client: int) -> int:
         p, key, rank = self.params, "model.args.rank", self.max_rank
