@@ -6,6 +6,7 @@ a second seed of one of them (mean ± std), and a run that ended before its firs
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -34,6 +35,20 @@ def second_seed(run_dir: Path, out: Path, gain: float) -> Path:
     return out
 
 
+def as_language_model(run_dir: Path, out: Path) -> Path:
+    """A copy of ``run_dir`` (seed 2) whose rounds record a perplexity, as a next-token run's do
+    (the numbers are exp of its loss; only the notebook's perplexity figure reads them)."""
+    second_seed(run_dir, out, gain=0.0)
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    (out / "config.yaml").write_text(yaml.safe_dump({**config, "seed": 2}, sort_keys=False))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if "loss" in row:
+            row["perplexity"] = math.exp(row["loss"])
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
 def ended_early(run_dir: Path, out: Path) -> Path:
     """What a run that raised in round 0 left before fedsim wrote a summary for it."""
     out.mkdir()
@@ -58,6 +73,7 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     folders = [
         *runs.values(),
         second_seed(runs["fedavg"], tmp_path / "tiny-fedavg-seed1", gain=0.02),
+        as_language_model(runs["fedavg"], tmp_path / "tiny-fedavg-seed2"),
         ended_early(runs["fedavg"], tmp_path / "tiny-ended-early"),
     ]
     monkeypatch.setenv("FEDSIM_RUNS", os.pathsep.join(str(p) for p in folders))
@@ -71,7 +87,7 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     )
     client.execute()  # raises CellExecutionError on any failing cell
     text = outputs(notebook)
-    assert "4 run folder(s)" in text
+    assert "5 run folder(s)" in text
     for name in ("tiny-fedavg", "tiny-cwfedavg", "tiny-ended-early"):
         assert name in text
     comparison = outputs(notebook, "comparison = ")
@@ -82,12 +98,13 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     assert comparison.count("±") >= 5, comparison  # fedavg's two seeds: every column
     assert "no client rows: ['tiny-ended-early']" in text
     hurt = outputs(notebook, "clients_hurt(")  # against the first run with client rows
-    assert hurt.count("% within noise") == 2 and "(final round)" in hurt, hurt
+    assert hurt.count("% within noise") == 3 and "(final round)" in hurt, hurt  # each other run
     assert "runs with a clock: none" in text  # these runs have no clock: against rounds
+    assert "runs with perplexity: 1" in outputs(notebook, "lm_runs = ")
     images = sum(
         "image/png" in output.get("data", {})
         for cell in notebook.cells
         if cell.cell_type == "code"
         for output in cell.get("outputs", [])
     )
-    assert images >= 5  # curves, boxplot, classes scatter, client curves, row norms
+    assert images >= 6  # curves, perplexity, boxplot, classes scatter, client curves, row norms
