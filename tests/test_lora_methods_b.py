@@ -46,15 +46,24 @@ A, B, R = "lora_A", "lora_B", "lora_residual"
 # ------------------------------------------------------------------ hand computations
 
 
+HEAD = "head.weight"  # a trained entry outside the adapter (a classifier's head)
+
+
 def lora_federation(residual: bool = False, sizes: tuple[int, ...] = (1, 3)):
-    """Two adapted modules, q (out 4) and v (out 2), rank 2 over 3 inputs (+ residuals)."""
+    """Two adapted modules, q (out 4) and v (out 2), rank 2 over 3 inputs (+ residuals), and
+    a head of 2 entries."""
     params = []
     for module, out in (("m.q", 4), ("m.v", 2)):
         params += [(f"{module}.{A}.default.weight", (2, 3)), (f"{module}.{B}.default.weight",
                                                                (out, 2))]  # fmt: skip
         if residual:
             params.append((f"{module}.{R}", (out, 3)))
-    return federation(params, sizes=list(sizes))
+    return federation([*params, (HEAD, (2,))], sizes=list(sizes))
+
+
+def head_is_averaged(new: dict[str, Any], models: list[torch.Tensor], fed: Any) -> bool:
+    head = [fed.layout.view(m, HEAD) for m in models]
+    return torch.equal(fed.layout.view(new["params"], HEAD), weighted(head, (1, 3)).float())
 
 
 def part(flat: torch.Tensor, fed: Any, module: str, what: str) -> torch.Tensor:
@@ -98,8 +107,10 @@ def test_fedsa_lora_averages_a_and_keeps_each_clients_b():
         assert torch.equal(part(plan.train_params, fed, module, A),
                            part(new["params"], fed, module, A))  # fmt: skip
         assert torch.equal(part(plan.train_params, fed, module, B), part(models[1], fed, module, B))
-    a_bytes = 4 * (2 * 3 + 2 * 3)
+    assert head_is_averaged(new, models, fed)
+    a_bytes = 4 * (2 * 3 + 2 * 3 + 2)  # A and the head
     assert algo.upload_nbytes(updates[0]) == a_bytes
+    assert updates[0].state["personal"].numel() == 4 * 2 + 2 * 2  # B
     broadcast = algo.broadcast(new)
     assert algo.download_nbytes(broadcast, {}, None) == 4 * fed.layout.total  # first round
     assert algo.download_nbytes(broadcast, {}, updates[0].state) == a_bytes
@@ -125,7 +136,8 @@ def test_ffa_lora_freezes_a_and_averages_b_exactly():
         assert torch.equal(part(new["params"], fed, module, B), b_mean)
         mean_products = weighted([part(m, fed, module, B) @ a for m in models], (1, 3))
         assert torch.allclose((b_mean @ a).double(), mean_products, atol=1e-6)
-    b_bytes = 4 * (4 * 2 + 2 * 2)
+    assert head_is_averaged(new, models, fed)
+    b_bytes = 4 * (4 * 2 + 2 * 2 + 2)  # B and the head
     assert algo.upload_nbytes(updates[0]) == b_bytes
     assert algo.download_nbytes(algo.broadcast(new), {}, None) == b_bytes
 
@@ -158,8 +170,9 @@ def test_fedex_lora_folds_the_residual_of_the_products():
         assert torch.allclose(folded.double(), updates_mean, atol=1e-5)
         assert not torch.allclose(b_mean @ a_mean + part(initial, fed, module, R),
                                   updates_mean.float(), atol=1e-2)  # FedAvg's is not  # fmt: skip
-    adapter = 4 * (2 * 3 * 2 + 4 * 2 + 2 * 2)
-    assert algo.upload_nbytes(updates[0]) == adapter  # A and B, not the products
+    assert head_is_averaged(new, models, fed)
+    adapter = 4 * (2 * 3 * 2 + 4 * 2 + 2 * 2 + 2)
+    assert algo.upload_nbytes(updates[0]) == adapter  # A, B and the head, not the products
     assert algo.download_nbytes(algo.broadcast(new), {}, None) == 4 * fed.layout.total
 
 
@@ -170,6 +183,10 @@ def test_a_model_without_lora_is_refused_in_one_line(name):
     with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
         cls(cls.Params(), fed)
     assert err.value.key == "algorithm.name" and "\n" not in str(err.value)
+    if name != "fedex_lora":  # FedEx-LoRA's residuals would only be carried around
+        with pytest.raises(ConfigError, match="leave it false") as err:
+            cls(cls.Params(), lora_federation(residual=True))
+        assert err.value.key == "model.args.residual"
 
 
 # ------------------------------------------------------------------ real runs on the tiny Llama

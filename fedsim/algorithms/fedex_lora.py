@@ -14,7 +14,8 @@ the product; R is kept in B A's units and scaled by the model). The frozen base 
 every module of a worker process, so R is not written into it: each adapted module has a
 dense residual of its own (``lightning_modules/lora_residual.py``, ``model.args.residual=true``
 of ``causal_lm``), a part of the flat vector that clients receive, never train (frozen) and
-never upload. A model without one is refused in one line.
+never upload. A model without one is refused in one line. Anything else trainable in the model
+(a classifier's head) is averaged as A and B are.
 
 Bytes: down, the adapter and every residual (out x in per adapted module, dense); up, A and B.
 The products B_i A_i are the server's computation from the uploaded A_i, B_i: the simulator's
@@ -42,7 +43,7 @@ from fedsim.algorithms.base import (
     ServerState,
     WeightedSum,
 )
-from fedsim.algorithms.lora_parts import a_names, b_names, require_lora
+from fedsim.algorithms.lora_parts import require_lora, residual_names
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
@@ -81,7 +82,8 @@ class FedExLoRA(SharedPart):
             offset += size
 
     def shared_names(self) -> list[str]:
-        return a_names(self.modules) + b_names(self.modules)
+        """Every entry but the residuals (A, B, and a trained head where the model has one)."""
+        return self.names_outside(residual_names(self.modules))
 
     def products(self, params: torch.Tensor) -> torch.Tensor:
         """Every adapted module's B A of the flat ``params``, flattened, one after the other."""
@@ -122,7 +124,7 @@ class FedExLoRA(SharedPart):
         state: ClientState | None,
         client: ClientInfo,
     ) -> ClientPlan:
-        """The global model; the residuals (and anything else not A or B) frozen."""
+        """The global model; the residuals frozen."""
         return ClientPlan(train_params=broadcast["params"], frozen=self.personal_names)
 
     def client_finish(

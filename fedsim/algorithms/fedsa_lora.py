@@ -7,7 +7,8 @@ B) from the server's A and its own B, uploads A only, and the server averages th
 weights n_i / sum n (FedAvg's). B is the client's private state (in the client-state store,
 as FedPer's personal layers); a client that has none yet takes the server's B, which is the
 initial adapter's (peft starts B at zero: the adapter's product is then zero, and the model is
-the pretrained one). Anything else trainable in the model (a residual) is personal too.
+the pretrained one). Anything else trainable in the model (a classifier's head) is shared and
+averaged as A is, as FedAvg would: the paper's split concerns the adapter's two factors.
 
 A held-out client gets the shared A with the server's (initial) B, its B fine-tuned for
 ``eval.finetune_epochs`` epochs on its own train split with A frozen: the server never
@@ -23,14 +24,14 @@ import torch
 
 from fedsim.algorithm_params.fedsa_lora import Params as FedSALoRAParams
 from fedsim.algorithms.base import ClientInfo, FederationInfo, NewcomerRule
-from fedsim.algorithms.lora_parts import a_names, require_lora
+from fedsim.algorithms.lora_parts import b_names, refuse_residuals, require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 
 
 @register
 class FedSALoRA(SharedPart):
-    """A averaged on the server (n_i weights); each client keeps its B."""
+    """A (and any head) averaged on the server (n_i weights); each client keeps its B."""
 
     name = "fedsa_lora"
     Params = FedSALoRAParams
@@ -45,10 +46,12 @@ class FedSALoRA(SharedPart):
 
     def __init__(self, params: FedSALoRAParams, federation: FederationInfo):
         self.modules = require_lora(federation.layout, self.name)
+        refuse_residuals(self.modules, self.name)
         super().__init__(params, federation)
 
     def shared_names(self) -> list[str]:
-        return a_names(self.modules)
+        """Every entry but the B matrices (A, and a trained head where the model has one)."""
+        return self.names_outside(b_names(self.modules))
 
     def newcomer_params(
         self,

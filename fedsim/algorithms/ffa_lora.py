@@ -7,8 +7,8 @@ client (every client starts from the server's initial adapter), and never trains
 (peft starts it at zero) and uploads B only; the server averages the B's with weights
 n_i / sum n. Since every client's A is the same A, the average of the products is the
 product of the averages, ``mean_i(B_i A) = mean(B) A``: the aggregation is exact, where
-FedAvg's ``mean(B) mean(A)`` is not. Anything else trainable in the model (a residual) stays
-as the server has it, frozen too.
+FedAvg's ``mean(B) mean(A)`` is not. Anything else trainable in the model (a classifier's
+head) trains and is averaged as B is, as FedAvg would.
 
 Bytes: B each way. A is never sent: the paper's clients draw it from a seed they share (in
 fedsim it is in the initial model every client starts from).
@@ -29,7 +29,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     NewcomerRule,
 )
-from fedsim.algorithms.lora_parts import b_names, require_lora
+from fedsim.algorithms.lora_parts import a_names, refuse_residuals, require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.sizes import nbytes
@@ -49,10 +49,12 @@ class FFALoRA(SharedPart):
 
     def __init__(self, params: FFALoRAParams, federation: FederationInfo):
         self.modules = require_lora(federation.layout, self.name)
+        refuse_residuals(self.modules, self.name)
         super().__init__(params, federation)
 
     def shared_names(self) -> list[str]:
-        return b_names(self.modules)
+        """Every entry but the A matrices (B, and a trained head where the model has one)."""
+        return self.names_outside(a_names(self.modules))
 
     def client_start(
         self,
@@ -61,13 +63,14 @@ class FFALoRA(SharedPart):
         state: ClientState | None,
         client: ClientInfo,
     ) -> ClientPlan:
-        """The global adapter; A (and anything else not B) frozen in training."""
+        """The global adapter; A frozen in training."""
         return ClientPlan(train_params=broadcast["params"], frozen=self.personal_names)
 
     def download_nbytes(
         self, broadcast: dict[str, Any], payload: dict[str, Any], state: ClientState | None
     ) -> int:
-        """B only: A comes from the seed every client shares, never over the network."""
+        """B (and any head) only: A comes from the seed every client shares, never over the
+        network."""
         params = broadcast["params"]
         shared = sum(b - a for a, b in self.shared_ranges) * params.element_size()
         rest = {k: v for k, v in broadcast.items() if k != "params"}

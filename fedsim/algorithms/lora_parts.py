@@ -54,9 +54,23 @@ def require_lora(layout: ParamLayout, algorithm: str) -> list[LoraModule]:
     return modules
 
 
+def refuse_residuals(modules: list[LoraModule], algorithm: str) -> None:
+    """A ConfigError if the model has residuals (``model.args.residual``): FedEx-LoRA's fold,
+    which other algorithms would only carry around (53 MB a client on SmolLM2)."""
+    if any(m.residual is not None for m in modules):
+        raise ConfigError(
+            "model.args.residual", True, f"is FedEx-LoRA's fold, which algorithm.name="
+            f"{algorithm} never uses: leave it false (or use algorithm.name=fedex_lora)",
+        )  # fmt: skip
+
+
 def a_names(modules: list[LoraModule]) -> list[str]:
     return [m.a for m in modules]
 
 
 def b_names(modules: list[LoraModule]) -> list[str]:
     return [m.b for m in modules]
+
+
+def residual_names(modules: list[LoraModule]) -> list[str]:
+    return [m.residual for m in modules if m.residual is not None]
