@@ -278,8 +278,8 @@ def test_fedsa_lora_beats_fedavg_on_heterogeneous_clients(tiny, texts):
     for name in ("fedavg", "fedsa_lora"):
         finals[name] = simulate(config(tiny, name, "rounds=5"), texts).history[-1]
     sa, avg = finals["fedsa_lora"], finals["fedavg"]
-    assert sa["acc_weighted"] > avg["acc_weighted"] + 0.15, (sa, avg)  # 0.53 vs 0.24
-    assert sa["loss"] < avg["loss"] - 0.03, (sa, avg)  # 5.39 vs 5.48
+    assert sa["acc_weighted"] > avg["acc_weighted"] + 0.15, (sa, avg)  # 0.59 vs 0.27
+    assert sa["loss"] < avg["loss"] - 0.03, (sa, avg)  # 5.36 vs 5.47
 
 
 @pytest.fixture(scope="module")
