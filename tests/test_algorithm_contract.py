@@ -60,7 +60,7 @@ BASE = [
     "checkpoint_every=1",
 ]
 # fedsim's own algorithms (tests may register test-only ones in the same session), but those
-# that need a LoRA adapter (their contract runs on the tiny Llama: tests/test_lora_methods_b.py)
+# that need a LoRA adapter (their contract is on the tiny Llama: test_lora_methods_b_runs.py)
 BUILT_IN = sorted(n for n, c in ALGORITHMS.items()
                   if c.__module__.startswith("fedsim.") and n not in ADAPTER_ONLY)  # fmt: skip
 # what the contract's small runs add to an algorithm's own example (fedsim.algorithm_params:
