@@ -8,6 +8,7 @@ dataclass, read from ``fedsim.algorithm_params`` without importing the algorithm
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -90,13 +91,20 @@ def unknown_key(cls: type, also_allowed: tuple[str, ...] = (), given: str = "") 
     return text + ")"
 
 
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, resolved once per class (~10 per config read, each
+    evaluating the class's annotation strings again); read-only."""
+    return typing.get_type_hints(cls)
+
+
 def build_dataclass(
     cls: type, raw: dict[str, Any], prefix: str = "", also_allowed: tuple[str, ...] = ()
 ) -> Any:
     """Build ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(prefix.rstrip(".") or "config", raw, "must be a mapping of keys")
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:

@@ -5,7 +5,9 @@ Validation of that dict is fedsim/config.py's; every error here is a one-line Co
 
 from __future__ import annotations
 
+import copy
 import errno
+import functools
 import os
 from collections.abc import Hashable
 from pathlib import Path
@@ -54,13 +56,25 @@ def expanded_size(value: Any, limit: int = MAX_VALUES) -> int:
     return count
 
 
+@functools.lru_cache(maxsize=256)
+def _load(text: str) -> tuple[Any, int]:
+    """``text`` read as YAML and its expanded size, once per text: a process that reads the
+    same config files and overrides again and again (a test session's thousands of
+    ``--check`` runs, a search's trials) parses each once (PyYAML's pure-Python loader was
+    the largest part of a ``--check`` under a profiler). Errors are not cached: they are
+    raised again each time."""
+    value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    return value, expanded_size(value)
+
+
 def parse_yaml(text: str, key: str) -> Any:
-    """YAML text -> value; any YAML error becomes a one-line ConfigError naming ``key``, and
-    so does a document too large to be a config (an alias bomb among them)."""
+    """YAML text -> value (a new copy each call: the caller may change it); any YAML error
+    becomes a one-line ConfigError naming ``key``, and so does a document too large to be a
+    config (an alias bomb among them)."""
     if len(text) > MAX_DOCUMENT_CHARS:
         raise ConfigError(key, text, f"too large: at most {MAX_DOCUMENT_CHARS:,} characters")
     try:
-        value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        value, size = _load(text)
     except ValueError as err:  # a number beyond Python's digit limit, and the like
         reason = "an integer of more than 4,300 digits" if "digits" in str(err) else str(err)
         raise ConfigError(key, text, f"cannot be read: {reason}") from None
@@ -70,11 +84,11 @@ def parse_yaml(text: str, key: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         detail = " ".join(f"{problem}{where}".split())
         raise ConfigError(key, text, f"not valid YAML ({detail})") from None
-    if expanded_size(value) > MAX_VALUES:
+    if size > MAX_VALUES:
         raise ConfigError(
             key, text, f"too large: more than {MAX_VALUES:,} values once its aliases are expanded"
         )
-    return value
+    return copy.deepcopy(value)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
