@@ -81,7 +81,7 @@ def test_built_in_names_resolve_as_before():
         (
             "model.name=resnet",
             "model.name='resnet': allowed: fedavg_cnn, fedavg_cnn_bn, resnet18, femnist_cnn, "
-            "celeba_cnn, char_lstm, mlp, causal_lm, or module:",
+            "celeba_cnn, char_lstm, mlp, causal_lm, sequence_classifier, or module:",
         ),
         (
             "data.name=fedsim_plugins.data:nothing",
