@@ -61,6 +61,23 @@ def _check_targets(model: torch.nn.Module, targets: list[str], source: str) -> N
         )  # fmt: skip
 
 
+def check_length(base: torch.nn.Module, seq_len: int, source: str) -> None:
+    """ConfigError when samples of ``seq_len`` tokens are longer than ``base`` reads."""
+    limit = getattr(base.config, "max_position_embeddings", None)
+    if seq_len and limit and seq_len > limit:
+        raise ConfigError("data.max_length", seq_len, f"{source} reads at most {limit} tokens")
+
+
+def checkpoint_activations(model: Any) -> None:
+    """Recompute ``model``'s activations in backward (transformers 5 renames gradient
+    checkpointing activation checkpointing; either name is taken)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is None:
+        enable = model.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+    model.enable_input_require_grads()
+
+
 class CausalLM(FLModule):
     """A pretrained causal LM (``source``) with LoRA on ``targets`` (rank, alpha, dropout);
     ``dtype`` the frozen base's, ``gradient_checkpointing`` recomputes activations in backward;
@@ -99,9 +116,7 @@ class CausalLM(FLModule):
                 f"tokenized into {num_classes}: tokenize with the model's own tokenizer "
                 "(data.tokenizer: null, or the same source)",
             )  # fmt: skip
-        limit = getattr(base.config, "max_position_embeddings", None)
-        if seq_len and limit and seq_len > limit:
-            raise ConfigError("data.max_length", seq_len, f"{source} reads at most {limit} tokens")
+        check_length(base, seq_len, source)
         _check_targets(base, targets, source)
         config = peft.LoraConfig(
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
@@ -118,12 +133,8 @@ class CausalLM(FLModule):
             add_residuals(self.lm)
         self.dual = add_personal_adapter(self.lm, config, int(base.config.hidden_size)) if (
             personal_adapter) else None  # a second adapter beside the first (dual_adapter.py)
-        if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
-            enable = getattr(self.lm, "activation_checkpointing_enable", None)
-            if enable is None:
-                enable = self.lm.gradient_checkpointing_enable
-            enable({"use_reentrant": False})
-            self.lm.enable_input_require_grads()
+        if gradient_checkpointing:
+            checkpoint_activations(self.lm)
         self.source, self.num_classes = source, vocab
         self.block_names = self._adapter_blocks()
 

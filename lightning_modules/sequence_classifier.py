@@ -20,7 +20,14 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, adapter_ready, load_frozen_base, shared_copy
 from lightning_modules.base import FLModule
-from lightning_modules.causal_lm import _LAYER, SOURCE_KEY, _check, _check_targets
+from lightning_modules.causal_lm import (
+    _LAYER,
+    SOURCE_KEY,
+    _check,
+    _check_targets,
+    check_length,
+    checkpoint_activations,
+)
 
 HEAD = "head"
 
@@ -68,21 +75,15 @@ class SequenceClassifier(FLModule):
             raise ConfigError(
                 "data.label_column", num_classes, "a classifier needs labels of >= 2 classes"
             )
-        limit = getattr(base.config, "max_position_embeddings", None)
-        if seq_len and limit and seq_len > limit:
-            raise ConfigError("data.max_length", seq_len, f"{source} reads at most {limit} tokens")
+        check_length(base, seq_len, source)
         _check_targets(base, targets, source)
         config = peft.LoraConfig(
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
         )
         body = adapter_ready(shared_copy(base).base_model, targets)
         self.body = peft.get_peft_model(body, config)
-        if gradient_checkpointing:  # transformers 5 renames it activation checkpointing
-            enable = getattr(self.body, "activation_checkpointing_enable", None)
-            if enable is None:
-                enable = self.body.gradient_checkpointing_enable
-            enable({"use_reentrant": False})
-            self.body.enable_input_require_grads()
+        if gradient_checkpointing:
+            checkpoint_activations(self.body)
         self.head = torch.nn.Linear(int(base.config.hidden_size), num_classes)
         self.source, self.num_classes = source, num_classes
         self.block_names = self._blocks()
