@@ -122,34 +122,62 @@ def with_environ(values: dict[str, str]) -> dict[str, str]:
 
 
 SESSION_POOL_CPUS = 1  # the lent pool (``ray_pool``): two worker actors at half a CPU each
+# the shared cluster's CPUs: for each test process its lent pool and 2 for its tests' own
+# pools and drivers (pytest-xdist runs up to PYTEST_PROCS processes; 2 in `make test`)
+CLUSTER_CPUS_PER_PROCESS = SESSION_POOL_CPUS + 2
+
+
+def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every process of this session shares: pytest-xdist gives each worker a
+    subfolder of the controller's base temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_head_address(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The session's one Ray head (tests/ray_head.py): started by the first process that
+    asks, joined by the others."""
+    from filelock import FileLock
+    from ray_head import LOCK, session_head, start_head
+
+    from fedsim.runtime.ray_cluster import PRIVATE_RAY_ENVIRONMENT
+
+    folder = session_folder(tmp_path_factory)
+    with FileLock(str(folder / LOCK)):
+        address = session_head(folder)
+        if address is None:
+            processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+            owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+            env.update({k: env.get(k, v) for k, v in PRIVATE_RAY_ENVIRONMENT.items()})
+            address = start_head(folder, owner, CLUSTER_CPUS_PER_PROCESS * processes, env)
+    return address
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller (or a lone process) stops the session's Ray head, if one started."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or getattr(factory, "_basetemp", None) is None:
+        return  # no temporary folder was made: no test asked for Ray
+    from ray_head import stop_session_head
+
+    stop_session_head(factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Any]:
-    """A small local Ray cluster shared by every test that needs one; shut down at the end.
-    Its settings reach Ray through the environment only while it starts."""
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's Ray cluster, joined by this process (``shared_head_address``); this
+    process disconnects at its end, the head stops with the session."""
     ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        from fedsim.runtime.ray_cluster import PRIVATE_RAY_ENVIRONMENT, restore_environment
-
-        saved = with_environ(  # as fedsim starts its own Ray (``PRIVATE_RAY_ENVIRONMENT``)
-            {name: os.environ.get(name, value) for name, value in PRIVATE_RAY_ENVIRONMENT.items()}
-        )
-        try:
-            ray.init(
-                address="local",  # our own cluster, even if another one runs here
-                num_cpus=SESSION_POOL_CPUS + 2,  # the session's pool + 2 for the tests' own
-                include_dashboard=False,
-                object_store_memory=256 * 2**20,
-                logging_level=logging.WARNING,
-            )
-        finally:
-            restore_environment(saved)
+    joined = not ray.is_initialized()
+    if joined:
+        ray.init(address=shared_head_address(tmp_path_factory), logging_level=logging.WARNING)
     try:
         yield ray
     finally:
-        if started:
+        if joined:
             ray.shutdown()
 
 

@@ -60,38 +60,43 @@ def test_startup_seconds_are_since_the_process_start_in_time_order():
     ]
 
 
-def free_cpus(ray) -> float:
-    return ray.available_resources().get("CPU", 0)
+def live_actors(ray) -> set[str]:
+    """This process's live (or still starting) actors in the shared cluster: the other test
+    process's actors, which come and go, are not counted."""
+    from ray._private.state import actors
+
+    job = ray.get_runtime_context().get_job_id()
+    return {actor_id for actor_id, info in actors().items()
+            if info["JobID"] == job and info["State"] != "DEAD"}  # fmt: skip
 
 
-def cpus_free_after(ray, before: float, seconds: float = 30.0) -> float:
-    """Free CPUs once killed actors have given theirs back (Ray frees them asynchronously).
-    Compared with the count before the test, so an actor another test left in the shared
-    cluster does not fail this one."""
+def actors_gone_after(ray, before: set[str], seconds: float = 30.0) -> set[str]:
+    """Actors of this process started since ``before`` that are still alive once killed
+    ones have been marked dead (Ray does it asynchronously); empty when none is left."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and free_cpus(ray) < before:
+    while (left := live_actors(ray) - before) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return free_cpus(ray)
+    return left
 
 
 def test_a_ray_run_writes_its_startup_timeline(ray_cluster, tmp_path):
     from fedsim.cli import main
 
     out = tmp_path / "run"
-    before = free_cpus(ray_cluster)
+    before = live_actors(ray_cluster)
     code = main(["run", *QUICK, "runtime.executor=ray", "runtime.workers=1", "--out", str(out)])
     assert code == 0
     startup = json.loads((out / "startup.json").read_text())
     assert [k for k in startup if k in STEPS] == STEPS  # every step, in this order
     assert "driver_ready_s" in startup
     assert all(value > 0 for value in startup.values())
-    assert cpus_free_after(ray_cluster, before) >= before  # the pool's actor is gone
+    assert actors_gone_after(ray_cluster, before) == set()  # the pool's actor is gone
 
 
 def test_bad_data_on_ray_is_one_line_and_leaves_no_worker(ray_cluster, tmp_path, capsys):
     from helpers import last_wins, one_line_error
 
-    before = free_cpus(ray_cluster)
+    before = live_actors(ray_cluster)
     argv = [
         "run",
         *QUICK,
@@ -107,4 +112,4 @@ def test_bad_data_on_ray_is_one_line_and_leaves_no_worker(ray_cluster, tmp_path,
     )
     assert line.startswith("fedsim: error: data.partition.alpha=0.001")
     assert ray_cluster.is_initialized()  # the shared cluster was joined, not shut down
-    assert cpus_free_after(ray_cluster, before) >= before
+    assert actors_gone_after(ray_cluster, before) == set()

@@ -1,0 +1,135 @@
+"""A Ray node removed in the middle of a round changes nothing (issue 13's promise).
+
+Two 1-CPU nodes join the test session's cluster (tests/ray_head.py), each with one unit of
+a resource only they have, so the pool's two worker actors land one on each. While round 1
+runs, one node is killed whole (SIGKILL to its raylet, its workers, its ``ray start``): its
+actor dies with it and cannot be replaced (no node with room is left), so its share runs on
+the surviving actor, and the run equals the in-process executor's to the bit (as an
+undisturbed pool does: tests/test_ray_executor.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from helpers import untimed
+from ray_head import kill_node, start_worker_node
+
+from fedsim.config import load_config
+from fedsim.runtime.factory import make_executor
+from fedsim.simulation import Simulation
+
+NODE_RESOURCE = "fedsim_removal_test_node"
+DOOMED_ROUND = 1
+JOIN_TIMEOUT_S = 120.0  # a guard against a hang, never a timing claim
+
+
+def config() -> Any:
+    return load_config(
+        None,
+        [
+            "data.name=mnist-5k",
+            "data.max_samples=2500",  # 4 clients a worker x ~24 steps x 2 epochs: >1 s a round
+            "data.num_clients=8",
+            "data.partition.alpha=0.5",
+            "rounds=2",  # round 1 loses a node; the final evaluation runs on the survivor
+            "client.lr=0.05",
+            "client.epochs=2",
+            "runtime.executor=ray",
+            "runtime.workers=2",
+            "runtime.cpus_per_worker=1",
+        ],
+    )
+
+
+def wait_for_nodes(ray: Any, count: int) -> None:
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while sum(1 for n in ray.nodes() if n["Alive"] and NODE_RESOURCE in n["Resources"]) < count:
+        assert time.monotonic() < deadline, f"{count} test nodes did not join"
+        time.sleep(0.25)
+
+
+def node_running(pid: int, nodes: list) -> Any:
+    """The node (its ``ray start`` process) whose raylet started worker process ``pid``."""
+    raylet = psutil.Process(pid).parent()
+    for node in nodes:
+        if raylet is not None and raylet.ppid() == node.pid:
+            return node
+    raise LookupError(f"worker {pid}: no test node of ours started it")
+
+
+def on_test_nodes(monkeypatch: Any) -> None:
+    """The pool's actors ask for one unit of the test nodes' resource: one actor a node."""
+    import ray
+
+    from fedsim.runtime.pool_start import StartedPool
+    from fedsim.runtime.ray_worker import WorkerActor
+
+    def actor_class(self: StartedPool, runtime_env: dict | None = None) -> Any:
+        return ray.remote(WorkerActor).options(
+            num_cpus=self.plan.cpus_per_worker, num_gpus=0, max_restarts=0,
+            max_task_retries=0, resources={NODE_RESOURCE: 1},
+        )  # fmt: skip
+
+    monkeypatch.setattr(StartedPool, "actor_class", actor_class)
+
+
+@pytest.mark.slow
+def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_path):
+    from fedsim.runtime.ray_executor import RayExecutor
+
+    cfg = config()
+    sim = Simulation(cfg)
+    torch.set_num_threads(1)  # as each 1-CPU worker: the same floating-point sums
+    local = sim.run(make_executor(dataclasses.replace(cfg.runtime, executor="local"),
+                                  sim.worker_spec, sim.data))  # fmt: skip
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    nodes = [start_worker_node(address, {NODE_RESOURCE: 1}, tmp_path / f"node{i}.log")
+             for i in range(2)]  # fmt: skip
+    try:
+        wait_for_nodes(ray_cluster, 2)
+        on_test_nodes(monkeypatch)
+        pool = RayExecutor(cfg.runtime, sim.worker_spec, sim.data, replace_timeout_s=2.0)
+        pids = [info["pid"] for info in pool.worker_info]
+        doomed = node_running(pids[1], nodes)
+        assert node_running(pids[0], nodes) is not doomed, "both workers on one node"
+        events: dict[str, float] = {}
+        run_round = pool.run_round
+
+        def remove_node() -> None:
+            time.sleep(0.5)  # the round's shares are running
+            events["removed"] = time.monotonic()
+            kill_node(doomed)
+
+        def watched_round(round_idx, broadcast, tasks):
+            if round_idx != DOOMED_ROUND:
+                return run_round(round_idx, broadcast, tasks)
+            events["round_began"] = time.monotonic()
+            threading.Thread(target=remove_node, daemon=True).start()
+            try:
+                return run_round(round_idx, broadcast, tasks)
+            finally:
+                events["round_ended"] = time.monotonic()
+
+        pool.run_round = watched_round
+        try:
+            disturbed = sim.run(pool)
+            live = [actor is not None for actor in pool._actors]
+        finally:
+            pool.close()
+    finally:
+        for node in nodes:
+            kill_node(node)
+
+    assert events["round_began"] < events["removed"] < events["round_ended"], events
+    assert live.count(False) == 1, live  # the doomed node's actor, not replaced
+    assert len(disturbed.history) == 3  # 2 rounds + the final evaluation
+    assert disturbed.summary == local.summary  # to the bit
+    assert untimed(disturbed.history) == untimed(local.history)
+    assert torch.equal(disturbed.state["params"], local.state["params"])
