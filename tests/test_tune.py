@@ -310,44 +310,43 @@ def test_interrupted_search_resumes_trials_from_their_checkpoints(ray_cluster, t
 
 @pytest.mark.slow
 def test_population_based_training_continues_better_trials(ray_cluster, tmp_path):
-    """lr 0.05 vs 1e-4 under PBT (an exploit step every evaluation): the 1e-4 trial falls into
-    the lower quantile and continues the 0.05 trial's checkpoint with a mutated lr; its run
-    folder then holds the other trial's rounds up to the restore, and every trial completes."""
-    # whether PBT exploits depends on when the two concurrent trials report (Ray Tune clones
-    # only a trial that has a checkpoint at that moment): a search without an exploit is run
-    # again, at most three times; every assertion holds for each search
-    for attempt in range(3):
-        out = tmp_path / f"tune{attempt}"
-        outcome = run_tune(
-            "configs/quickstart.yaml",
-            [*TINY, "rounds=4"],
-            search=["client.lr=grid(0.05,0.0001)"],
-            samples=1,
-            scheduler="pbt",
-            perturbation_interval=1,
-            out=str(out),
-            report=False,
-            quiet=True,
-        )
-        rows = outcome.rows
-        assert [r.status for r in rows] == ["completed", "completed"], rows
-        folders = run_dirs(out)
-        exploits = []
-        for trial, run_dir in folders.items():
-            assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
-            restores = run_dir / RESTORES
-            lines = restores.read_text().splitlines() if restores.exists() else []
-            exploits += [(trial, json.loads(line)) for line in lines]
-            assert [h["round"] for h in metrics(run_dir)] == [0, 1, 2, 3, 4]
-        clones = [(trial, r) for trial, r in exploits if r["from_trial"] != trial]
-        if clones:
-            break
+    """lr 0.05 vs 1e-4 under synchronous PBT (``pbt_synch``: both trials wait for each other
+    at every perturbation, a barrier): at the first one (round 1's report) the 1e-4 trial is
+    in the lower quantile and continues the 0.05 trial's checkpoint with a mutated lr, in
+    every run, so one search is enough; its run folder then holds the other trial's rounds
+    up to the restore, and every trial completes. (Asynchronous PBT clones only a trial that
+    has a checkpoint when the other reports: it may not exploit at all in a short search.)"""
+    out = tmp_path / "tune"
+    outcome = run_tune(
+        "configs/quickstart.yaml",
+        [*TINY, "rounds=3"],
+        search=["client.lr=grid(0.05,0.0001)"],
+        samples=1,
+        scheduler="pbt",
+        perturbation_interval=2,
+        pbt_synch=True,
+        out=str(out),
+        report=False,
+        quiet=True,
+    )
+    rows = outcome.rows
+    assert [r.status for r in rows] == ["completed", "completed"], rows
+    folders = run_dirs(out)
+    exploits = []
+    for trial, run_dir in folders.items():
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        restores = run_dir / RESTORES
+        lines = restores.read_text().splitlines() if restores.exists() else []
+        exploits += [(trial, json.loads(line)) for line in lines]
+        assert [h["round"] for h in metrics(run_dir)] == [0, 1, 2, 3]
+    clones = [(trial, r) for trial, r in exploits if r["from_trial"] != trial]
     assert clones, exploits
     trial, restore = clones[0]
     donor_trial = restore["from_trial"]
     # exploit: the trial that started at 1e-4 (the lower quantile) copies the 0.05 trial,
     # never the other way round (a grid's trials are numbered in its order: _00000 is 0.05)
     assert trial.endswith("_00001") and donor_trial.endswith("_00000"), restore
+    assert restore["round"] == 1, restore  # the first perturbation: the second report
     # explore: the trial goes on with the values PBT chose last (a neighbour on the grid or
     # a resample), those restores.jsonl records, and reports them
     last = [r for t, r in exploits if t == trial][-1]
@@ -416,6 +415,7 @@ def test_optuna_missing_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
          "--search='data.num_clients': Population Based Training changes searched values"),
         (["--scheduler", "pbt", "--search", "algorithm.name=choice(fedavg,fedavgm)"],
          "only client.*, algorithm.* (not algorithm.name) and join_ratio"),
+        (["--scheduler", "asha", "--pbt-synch"], "acts only with --scheduler pbt (not asha)"),
     ],
 )  # fmt: skip
 def test_strategies_refuse_what_they_cannot_search(extra, message, tmp_path, capsys):

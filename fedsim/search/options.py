@@ -72,6 +72,11 @@ class TuneOptions:
     perturbation_interval: int = option(
         2, "PBT: evaluations between a trial's exploit/explore steps", check=AT_LEAST_1
     )
+    pbt_synch: bool = option(
+        False,
+        "PBT: every trial waits for the others at each perturbation, so the exploits are "
+        "the same in every run (each wait pauses and restores a trial from its checkpoint)",
+    )
     max_concurrent: int | None = option(
         None, "trials at once (null: as many as fit)", check=NONE_OR_AT_LEAST_1
     )

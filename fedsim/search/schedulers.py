@@ -36,6 +36,7 @@ def make_scheduler(options: TuneOptions, spaces: list[Space], max_t: int) -> Any
             burn_in_period=2,  # the first report is round 0: the initial model, no checkpoint
             hyperparam_mutations={s.key: s.mutation() for s in spaces},
             custom_explore_fn=functools.partial(_explore, spaces=spaces),
+            synch=options.pbt_synch,
         )
     return FIFOScheduler()
 

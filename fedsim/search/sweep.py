@@ -113,6 +113,10 @@ def check_strategy(options: TuneOptions, spaces: list[Space]) -> None:
                 "itself: use --search-alg random with --scheduler pbt",
             )  # fmt: skip
         require_optuna()
+    if options.pbt_synch and options.scheduler != "pbt":
+        raise ConfigError(
+            "--pbt-synch", "true", f"acts only with --scheduler pbt (not {options.scheduler})"
+        )
     if options.scheduler == "pbt":
         for space in spaces:
             if not changes_mid_run(space.key):
