@@ -69,6 +69,12 @@ class Schedule:
     def at(self, round_idx: int, rounds: int) -> float:
         """The value in round ``round_idx`` of a run of ``rounds`` (not for ``adaptive``,
         whose value the metric moves: ``Adapting``)."""
+        try:
+            return self._rounded(self._raw(round_idx, rounds))
+        except OverflowError:  # a growth past float's range: an infinite value, refused
+            return math.copysign(math.inf, self.settings.get("initial", 1.0))
+
+    def _raw(self, round_idx: int, rounds: int) -> float:
         s, r = self.settings, round_idx
         if self.kind == "step":
             value = s["initial"] * s["factor"] ** (r // s["every"])
@@ -85,10 +91,17 @@ class Schedule:
             value = s["values"][max(b for b in s["values"] if b <= r)]
         else:
             raise ValueError("an adaptive value is moved by its metric: use Adapting")
-        return self._rounded(value)
+        return value
 
     def _rounded(self, value: float) -> float:
-        return float(math.floor(value + 0.5)) if self.integer else float(value)
+        if self.integer and math.isfinite(value):
+            return float(math.floor(value + 0.5))
+        return float(value)
+
+    def as_key(self, value: float) -> float | int:
+        """``value`` as its key holds it: an int for an integer key (the key's own check
+        sees 2, not 2.0)."""
+        return int(value) if self.integer and math.isfinite(value) else value
 
     def to_dict(self) -> dict[str, Any]:
         """The mapping the config gave (config.yaml writes it back as it was)."""
@@ -202,18 +215,23 @@ def _piecewise(key: str, values: Any) -> dict[int, float]:
 def check_values(key: str, schedule: Schedule, rounds: int, allowed: Any) -> None:
     """Every value the schedule can take passes the key's own check ``allowed`` (a
     ``(predicate, text)`` pair): each round's, or an adaptive one's start and bounds."""
-    if allowed is None:
-        return
-    predicate, text = allowed
     if schedule.adaptive:
-        s = schedule.settings
-        for name in ("initial", "low", "high"):
-            if not predicate(schedule._rounded(s[name])):
-                raise ConfigError(f"{key}.{name}", s[name], text)
+        if allowed is not None:
+            predicate, text = allowed
+            s = schedule.settings
+            for name in ("initial", "low", "high"):
+                if not predicate(schedule.as_key(schedule._rounded(s[name]))):
+                    raise ConfigError(f"{key}.{name}", s[name], text)
         return
     for r in range(rounds):
-        value = schedule.at(r, rounds)
-        if not predicate(value):
+        value = schedule.as_key(schedule.at(r, rounds))
+        if not math.isfinite(value):
             raise ConfigError(
-                key, schedule.to_dict(), f"round {r} gives {show_value(value)}, which {text}"
-            )
+                key, schedule.to_dict(), f"round {r} gives {show_value(value)}, which is past "
+                "float's range: every round's value must be a finite number",
+            )  # fmt: skip
+        if allowed is not None and not allowed[0](value):
+            raise ConfigError(
+                key, schedule.to_dict(), f"round {r} gives {show_value(value)}, "
+                f"which {allowed[1]}",
+            )  # fmt: skip

@@ -88,6 +88,7 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
     ("data.input_column", "data.name"): ("pixels", [HF], ["data.name=mnist-5k"]),
     ("data.label_column", "data.name"): ("target", [HF], ["data.name=mnist-5k"]),
     ("data.resize", "data.name"): ("16", [HF], ["data.name=mnist-5k"]),
+    ("data.resize", "model.name"): ("16", [HF], [HF, "model.name=causal_lm"]),
     **{
         (f"data.{key}", "data"): (value, ["data.name=shakespeare-lm"], ["data.name=mnist-5k"])
         for key, value in (("tokenizer", "smollm2"), ("max_length", "64"), ("packing", "false"))

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from fedsim.data.names import HF_PREFIX, LM_DATASET_NAMES
+from fedsim.data.names import HF_PREFIX, LM_DATASET_NAMES, TOKENIZED_MODELS
 from fedsim.errors import ConfigError, show_value
 
 _ROBUST = ("krum", "multikrum", "bulyan")
@@ -102,6 +102,13 @@ DEPENDENT: list[Rule] = [
         (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
         for key in ("split", "input_column", "label_column", "resize")
     ],
+    (
+        "data.resize",
+        "model.name",
+        lambda v: v not in TOKENIZED_MODELS,
+        f"a model of images (not {' or '.join(TOKENIZED_MODELS)}, which read a text column's "
+        "tokens)",
+    ),  # fmt: skip
     # a language model's tokens: Shakespeare's roles (shakespeare-lm) or an hf: text column
     # (fedsim/data/hf_text.py refuses them there on a column that is not text)
     *[

@@ -49,6 +49,50 @@ def take_schedules(section: dict[str, Any], cls: type, prefix: str) -> dict[str,
     return found
 
 
+# what metrics.jsonl's rounds report (docs/reference/run-folder.md): an adaptive schedule's metric
+EVALUATED = ("acc_weighted", "acc_mean", "acc_std", "acc_worst10", "loss", "perplexity")
+REPORTED = (
+    *EVALUATED, "train_loss", "num_trained", "seconds", "train_seconds_max_worker",
+    "bytes_down", "bytes_up", "lr", "flops_per_client", "peak_memory_mib", "sim_time",
+    "round_time", "evaluated_after_training", "participation_gap", "epsilon", "dp_delta",
+    "clip_norm", "clipped_fraction", "anomaly_dropped", "arrivals", "stale", "stale_dropped",
+    "dropouts", "staleness_mean", "staleness_max",
+)  # fmt: skip
+ALGORITHM_REPORTED = {"spcacw": ("alpha_zero", "lipschitz", "bias_term", "variance_term")}
+# a prefix of an evaluation field, and the setting without which no round reports it
+PREFIXES = {
+    "val/unseen/": "eval.validation_ratio and eval.holdout_clients",
+    "val/": "eval.validation_ratio", "unseen/": "eval.holdout_clients",
+    "global/": "eval.model=both",
+}  # fmt: skip
+
+
+def _prefix_missing(prefix: str, cfg: Any) -> bool:
+    """Whether the run lacks the setting that makes its rounds report ``prefix`` fields."""
+    e = cfg.eval
+    need = {"val/": e.validation_ratio > 0, "unseen/": e.holdout_clients > 0,
+            "global/": e.model == "both"}  # fmt: skip
+    return not all(on for part, on in need.items() if part in prefix)
+
+
+def check_metric(key: str, metric: str, cfg: Any) -> None:
+    """An adaptive schedule's ``metric`` is one this run's rounds report: a field of
+    metrics.jsonl (its settings on), a module's ``train/<name>`` or a scheduled key."""
+    own = ALGORITHM_REPORTED.get(cfg.algorithm.name, ())
+    if metric in (*REPORTED, *own) or metric.startswith("train/") or metric in cfg.schedules:
+        return
+    for prefix, setting in PREFIXES.items():
+        if metric.startswith(prefix) and metric[len(prefix) :] in (*EVALUATED, "participation_gap"):
+            if _prefix_missing(prefix, cfg):
+                raise ConfigError(f"{key}.metric", metric, f"reported only with {setting} set")
+            return
+    raise ConfigError(
+        f"{key}.metric", metric, "no round reports it, so the value would never move: "
+        f"allowed: {', '.join((*REPORTED, *own))}, train/<a name the model logs>, or a prefix "
+        f"{', '.join(PREFIXES)} on {', '.join(EVALUATED)}",
+    )  # fmt: skip
+
+
 def check_schedules(cfg: Any) -> None:
     """Every value each schedule of ``cfg`` gives (every round's, or an adaptive one's
     range) passes its key's own check; the pairs a schedule cannot join are refused."""
@@ -57,6 +101,8 @@ def check_schedules(cfg: Any) -> None:
         section, name = key.split(".")
         owner = cfg.algorithm.params if section == "algorithm" else getattr(cfg, section)
         check_values(key, schedule, cfg.rounds, field_check(type(owner), name))
+        if schedule.adaptive:
+            check_metric(key, schedule.settings["metric"], cfg)
     if "client.lr" in cfg.schedules and c.lr_schedule != "constant":
         raise ConfigError(
             "client.lr_schedule", c.lr_schedule,

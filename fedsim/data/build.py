@@ -25,6 +25,20 @@ ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.na
 NATURAL = "natural"  # one client per value of data.partition.by (hf: datasets)
 
 
+def sample_unit(dataset: Dataset) -> str:
+    """What data.min_samples counts in ``dataset``: samples, or a language model's windows."""
+    if getattr(dataset, "next_token", False):
+        return f"samples (windows of up to {dataset.seq_len} tokens)"
+    return "samples"
+
+
+def largest(counts: np.ndarray, shown: int = 5) -> str:
+    """The largest clients' sample counts, for a refusal that drops clients."""
+    top = np.sort(np.asarray(counts))[::-1][:shown]
+    more = ", ..." if len(counts) > shown else ""
+    return f"the largest have {', '.join(str(int(c)) for c in top)}{more}"
+
+
 def build_group_federation(
     dataset: Dataset,
     groups: np.ndarray,
@@ -56,8 +70,9 @@ def build_group_federation(
         raise ConfigError(
             "data.num_clients",
             num_clients,
-            f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} samples"
-            f"{both} (of {len(values)}); use at most {len(eligible)} or lower data.min_samples",
+            f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} "
+            f"{sample_unit(dataset)}{both} (of {len(values)}; {largest(counts)}); use at most "
+            f"{len(eligible)} or lower data.min_samples",
         )
     chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
     members = [np.flatnonzero(inverse == k) for k in chosen]
@@ -114,8 +129,9 @@ def build_natural_federation(
         raise ConfigError(
             "data.num_clients",
             num_clients,
-            f"{dataset.name} has {len(eligible)} clients with >= {min_samples} samples "
-            f"(data.min_samples); use at most {len(eligible)} or lower data.min_samples",
+            f"{dataset.name} has {len(eligible)} clients with >= {min_samples} "
+            f"{sample_unit(dataset)} (data.min_samples; {largest(usable)}); use at most "
+            f"{len(eligible)} or lower data.min_samples",
         )
     clusters: list[int] | None = None
     if plays is None:

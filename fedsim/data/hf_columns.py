@@ -87,8 +87,17 @@ def vector_column(table: Any, name: str) -> np.ndarray:
 
 
 def group_values(table: Any, name: str) -> np.ndarray:
-    """Each row's ``data.partition.by`` value as Python objects (str, int...)."""
-    return np.asarray(arrow_column(table, name).to_pylist(), dtype=object)
+    """Each row's ``data.partition.by`` value as Python objects (str, int...); a ConfigError
+    where a row has none (null, NaN), which would otherwise join a client named "None"."""
+    values = arrow_column(table, name).to_pylist()
+    missing = sum(v is None or (isinstance(v, float) and v != v) for v in values)
+    if missing:
+        raise ConfigError(
+            "data.partition.by", name, f"{missing} of {len(values)} rows have no value (null, "
+            "or an empty or NA cell of a CSV): each client is one value of the column, so "
+            "fill those rows in or drop them",
+        )  # fmt: skip
+    return np.asarray(values, dtype=object)
 
 
 def data_digest(dataset: Any, groups: np.ndarray | None) -> str:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsim.data.names import HF_PREFIX
+from fedsim.data.names import HF_PREFIX, looks_local
 from fedsim.errors import ConfigError
 
 FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
-_LOCAL_SUFFIXES = (*FILE_BUILDERS, ".arrow", ".tsv", ".txt")
 
 
 @dataclass(frozen=True)
@@ -67,23 +66,13 @@ def _hub_unreachable(source: HFSource, reason: str) -> ConfigError:
     )
 
 
-def _looks_local(name: str) -> bool:
-    """Whether ``hf:<name>`` that does not exist is a mistyped local path rather than a Hub
-    id (``owner/name``): it starts like a path, has a data file's suffix, is nested deeper,
-    or its first folder exists here."""
-    if name.startswith(("/", "./", "../", "~", ".\\")) or Path(name).suffix in _LOCAL_SUFFIXES:
-        return True
-    parts = Path(name).parts
-    return len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
-
-
 def open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
     """The ``data.split`` split of a local folder or file (or, online only, a Hub id)."""
     import datasets
 
     datasets.disable_progress_bars()
     path = source.path
-    if not path.exists() and _looks_local(source.name[len(HF_PREFIX) :]):
+    if not path.exists() and looks_local(source.name[len(HF_PREFIX) :]):
         raise ConfigError(
             "data.name", source.name, f"no such file or folder ({path.absolute()}): check the "
             "path (a Hugging Face Hub id is owner/name)",
@@ -99,10 +88,14 @@ def open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
         loaded = _read(source, lambda: datasets.load_from_disk(str(path)))
     elif path.is_file() and path.suffix in FILE_BUILDERS:
         builder = FILE_BUILDERS[path.suffix]
+        if builder == "json":  # Arrow's JSON reader takes bytes that are not UTF-8 as text
+            check_utf8(source, path)
         loaded = _read(
             source, lambda: datasets.load_dataset(builder, data_files=str(path), cache_dir=cache)
         )
     elif path.is_dir():
+        for part in sorted(path.rglob("*.json*")):
+            check_utf8(source, part)
         loaded = _read(source, lambda: datasets.load_dataset(str(path), cache_dir=cache))
     else:
         raise ConfigError(
@@ -116,6 +109,32 @@ def open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
     if source.split not in loaded:
         raise ConfigError(key, source.split, f"allowed: {', '.join(loaded)}")
     return _rows(source, loaded[source.split])
+
+
+def check_utf8(source: HFSource, path: Path, chunk: int = 1 << 20) -> None:
+    """A ConfigError naming ``path``'s line and byte where it is not UTF-8 text."""
+    import codecs
+
+    decoder, offset, line = codecs.getincrementaldecoder("utf-8")(), 0, 1
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                bad = offset + err.start
+                line += block[: err.start].count(b"\n")
+                raise ConfigError(
+                    "data.name", source.name, f"{path} is not UTF-8 text (byte {bad}, line "
+                    f"{line}): save it as UTF-8",
+                ) from None  # fmt: skip
+            offset, line = offset + len(block), line + block.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ConfigError(
+                "data.name", source.name, f"{path} is not UTF-8 text (it ends inside a "
+                "character): save it as UTF-8",
+            ) from None  # fmt: skip
 
 
 def _rows(source: HFSource, table: Any) -> Any:

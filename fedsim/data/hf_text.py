@@ -133,6 +133,11 @@ def tokenize_table(
     if any(not isinstance(t, str) for t in texts):
         first = next(t for t in texts if not isinstance(t, str))
         raise ConfigError("data.input_column", column, f"holds {first!r}, not text")
+    if not any(t.strip() for t in texts):
+        raise ConfigError(
+            "data.input_column", column, f"is an empty column: its {len(texts)} rows hold "
+            "only empty text; name the column that holds the text",
+        )  # fmt: skip
     tokenizer = load_tokenizer(spec.key, spec.source)
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     rows = len(texts)

@@ -4,6 +4,7 @@ fast): the built-ins, and a user's ``module:function`` loader resolved by import
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fedsim.errors import ConfigError
@@ -31,6 +32,7 @@ SUMMARIES = {
 }
 
 HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py
+HF_LOCAL_SUFFIXES = (".parquet", ".csv", ".json", ".jsonl", ".arrow", ".tsv", ".txt")
 
 DATASET_ALLOWED = (
     f"allowed: {', '.join(DATASET_NAMES)}, hf:<local path> (a datasets save_to_disk folder, "
@@ -40,6 +42,27 @@ DATASET_ALLOWED = (
 )
 
 
+def looks_local(name: str) -> bool:
+    """Whether ``hf:<name>`` that does not exist is a mistyped local path rather than a Hub
+    id: it starts like a path, has a data file's suffix, is nested deeper, its first folder
+    exists here, or it has no ``owner/name`` shape at all (``hf:imgz``)."""
+    if name.startswith(("/", "./", "../", "~", ".\\")) or Path(name).suffix in HF_LOCAL_SUFFIXES:
+        return True
+    parts = Path(name).parts
+    return len(parts) != 2 or Path(parts[0]).is_dir()
+
+
+def check_hf_path(name: str) -> None:
+    """``data.name=hf:<path>``: a path that does not exist and is no Hub id (``looks_local``)
+    is one line at once, before anything tries the Hub."""
+    path = Path(name[len(HF_PREFIX) :]).expanduser()
+    if not path.exists() and looks_local(name[len(HF_PREFIX) :]):
+        raise ConfigError(
+            "data.name", name, f"no such file or folder ({path.absolute()}): check the path "
+            "(a Hugging Face Hub id is owner/name)",
+        )  # fmt: skip
+
+
 def dataset_loader(name: str) -> Callable[..., Any] | None:
     """``data.name`` checked: None for a built-in, else the user's loader function.
 
@@ -47,7 +70,10 @@ def dataset_loader(name: str) -> Callable[..., Any] | None:
     ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
     Raises ConfigError.
     """
-    if name in DATASET_NAMES or (name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX)):
+    if name in DATASET_NAMES:
+        return None
+    if name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX):
+        check_hf_path(name)
         return None
     if not is_import_path(name):
         raise ConfigError("data.name", name, DATASET_ALLOWED)

@@ -4,8 +4,10 @@ A share of every client's train split, drawn by the seed from its own stream (th
 the train/test splits and every other draw stay as they were), becomes the client's ``val``
 split: no algorithm trains on it, and every evaluation judges it with the same model at the
 same moment as the test split, so a run can pick its best round on validation and report
-that round's test numbers. Data kept in order (Shakespeare's roles) gives the end of each
-train split instead, with ``split_gap`` samples dropped before it, as its test split is cut.
+that round's test numbers. Data whose samples overlap (character windows, packed token
+windows: ``split_gap`` > 0) or that is kept in order (Shakespeare's roles) gives the end of
+each train split instead, one contiguous block with ``split_gap`` samples dropped before it,
+as its test split is cut: no token of a validation sample is in a training sample.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def carve_validation(data: FederatedData, ratio: float, seed: int) -> FederatedD
     if ratio == 0:
         return data
     rng = np.random.default_rng([seed, VALIDATION_TAG])
-    ordered = data.dataset.natural_clients is not None
+    # a built federation's dataset no longer lists its clients: overlap alone decides
+    ordered = data.dataset.natural_clients is not None or data.dataset.split_gap > 0
     gap = data.dataset.split_gap if ordered else 0
     carved = []
     for k, split in enumerate(data.everyone):
@@ -46,9 +49,11 @@ def carve_validation(data: FederatedData, ratio: float, seed: int) -> FederatedD
             if keep < 1:
                 raise ConfigError(
                     "eval.validation_ratio", ratio, f"leaves client {k} no training sample "
-                    f"({n} in order, {gap} dropped before validation); lower it",
+                    f"({n} in order: {n_val} validation, {gap} dropped before them so that "
+                    "no token is in both); lower it",
                 )  # fmt: skip
-            train, val = split.train[:keep], split.train[n - n_val :]
+            ordered_train = np.sort(split.train)  # the client's text order
+            train, val = ordered_train[:keep], ordered_train[n - n_val :]
         else:
             shuffled = rng.permutation(split.train)
             train, val = np.sort(shuffled[n_val:]), np.sort(shuffled[:n_val])

@@ -196,11 +196,38 @@ def compare_methods(
     return rows, against
 
 
+def dataset_of(run: RunData) -> str:
+    """The dataset a run ran on, by its config's ``data.name`` ('' where none is given)."""
+    return str((run.config.get("data") or {}).get("name", ""))
+
+
+def check_comparable(runs: list[RunData]) -> None:
+    """Every run finished (it has its summary.json) and all ran on one dataset; a
+    ConfigError naming the first run that is not."""
+    for run in runs:
+        if not run.summary:
+            raise ConfigError(
+                "run_dir", str(run.run_dir), "has no summary.json: the run is still in "
+                "progress or was killed before its end; compare it once it has finished "
+                "(fedsim run CONFIG --resume continues a run from its checkpoint)",
+            )  # fmt: skip
+    first = runs[0] if runs else None
+    for run in runs[1:]:
+        if dataset_of(run) != dataset_of(first):
+            raise ConfigError(
+                "run_dir", str(run.run_dir), f"ran on data.name={dataset_of(run)!r} and "
+                f"{first.run_dir} on {dataset_of(first)!r}: compare runs on one dataset",
+            )  # fmt: skip
+
+
 def load_methods(paths: list[str | Path]) -> list[Method]:
-    """``group_methods`` of every run folder under ``paths``."""
-    return group_methods([load_run(p) for p in run_folders(paths)])
+    """``group_methods`` of every run folder under ``paths``: finished runs, one dataset."""
+    runs = [load_run(p) for p in run_folders(paths)]
+    check_comparable(runs)
+    return group_methods(runs)
 
 
 __all__ = ["COLUMNS", "COSTS", "LOWER_IS_BETTER", "OPTIONAL", "PAIRED_TEST", "Method",
-           "compare_methods", "find_reference", "group_methods", "load_methods", "method_row",
-           "run_folders", "run_numbers", "supported", "versus"]  # fmt: skip
+           "check_comparable", "compare_methods", "find_reference", "group_methods",
+           "load_methods", "method_row", "run_folders", "run_numbers", "supported",
+           "versus"]  # fmt: skip

@@ -16,11 +16,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = load_methods(args.paths)
     single = len(args.paths) == 1 and (Path(args.paths[0]) / "runs").is_dir()
     out = Path(args.out) if args.out else Path(args.paths[0]) if single else Path("compare")
+    check_out(out)
     written = write_comparison(methods, args.reference, out)
     print(written[0].read_text(), end="")
     for path in written:
         print(path)
     return 0
+
+
+def check_out(out: Path) -> None:
+    """``out`` can be a folder: it and the paths above it are folders or absent (a
+    ConfigError naming ``--out`` otherwise, before anything is written)."""
+    from fedsim.errors import ConfigError
+
+    for path in (out / "plots", out, *out.parents):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                "--out", str(out), f"{path} is a file, not a folder: give a folder for "
+                "compare.md, compare.csv and plots/ (a new one, or one of earlier comparisons)",
+            )  # fmt: skip
 
 
 def add_compare_command(sub: Any) -> None:
@@ -46,4 +60,4 @@ def add_compare_command(sub: Any) -> None:
     compare.set_defaults(func=cmd_compare, overrides=[])
 
 
-__all__ = ["add_compare_command", "cmd_compare"]
+__all__ = ["add_compare_command", "check_out", "cmd_compare"]
