@@ -14,6 +14,7 @@ import functools
 from typing import Any
 
 from fedsim.data.build import NATURAL, build_federated_data
+from fedsim.data.client_labels import permute_labels
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
@@ -65,7 +66,10 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
         flwr_args=d.partition.args,
         label_column=d.label_column,
         train_rows=None if hf is None else hf.train_rows,
+        values=d.partition.values,
     )
+    if d.permute_labels:  # each client its own label ids (client_labels.py)
+        data = permute_labels(data, cfg.seed)
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map
     return data
