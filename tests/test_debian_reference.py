@@ -11,6 +11,7 @@ import pytest
 
 from fedsim.config import load_config
 from fedsim.data import debian_reference as dr
+from fedsim.data.assemble import build_data
 from fedsim.data.build import build_group_federation
 from fedsim.data.client_labels import client_permutation, matching, permute_labels
 from fedsim.data.dataset_types import ImageDataset
@@ -71,8 +72,9 @@ def test_prepare_rows_clients_languages_and_seeded_shuffle(tmp_path):
 
 
 def test_data_name_resolves_to_the_prepared_file(tmp_path):
-    with pytest.raises(ConfigError, match="make data"):
-        load_config(None, ["data.name=debian-reference", f"data.root={tmp_path}"])
+    missing = load_config(None, ["data.name=debian-reference", f"data.root={tmp_path}"])
+    with pytest.raises(ConfigError, match="data.name='debian-reference': needs .*make data"):
+        build_data(missing)
     (tmp_path / "src").mkdir()
     source = _fixture(tmp_path / "src", ("en",), chapters=2)
     out = dr.write(dr.prepare_rows(source, ("en",), 1), dr.prepared_path(tmp_path))

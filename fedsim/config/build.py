@@ -166,8 +166,8 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
 
 def resolve_prepared(data: Any) -> None:
     """A dataset ``make data`` prepares (``data.name=debian-reference``) becomes the ``hf:``
-    path of its file under ``data.root`` (ConfigError saying ``make data`` when missing),
-    its text column the input unless ``data.input_column`` names another."""
+    path of its file under ``data.root`` (missing, the data's build says to run ``make
+    data``), its text column the input unless ``data.input_column`` names another."""
     if data.name not in PREPARED_DATASET_NAMES:
         return
     from fedsim.data import debian_reference

@@ -151,16 +151,21 @@ def prepared_path(root: str | Path) -> Path:
 
 
 def resolve(root: str | Path) -> str:
-    """``data.name=debian-reference`` as the ``hf:`` path of its prepared file; a one-line
-    ConfigError saying how to make it when it is missing."""
-    path = prepared_path(root)
-    if not path.is_file():
+    """``data.name=debian-reference`` as the ``hf:`` path of its prepared file under ``root``
+    (``check_prepared`` says how to make it when it is missing, as the data is built)."""
+    return f"hf:{prepared_path(root)}"
+
+
+def check_prepared(name: str) -> None:
+    """A one-line ConfigError saying ``make data`` when ``name`` is the ``hf:`` path of this
+    dataset's prepared file and the file is missing (other names pass)."""
+    path = Path(name.removeprefix("hf:"))
+    if path.parts[-2:] == RELATIVE_PATH.parts and not path.is_file():
         raise ConfigError(
-            "data.name", NAME, f"needs {path} (data.root={root}): run `make data` (installs "
+            "data.name", NAME, f"needs {path}, which is missing: run `make data` (installs "
             "Debian's debian-reference-* packages and prepares them), or python -m "
             "fedsim.data.debian_reference --out <that path>",
         )  # fmt: skip
-    return f"hf:{path}"
 
 
 def main(argv: list[str] | None = None) -> int:
