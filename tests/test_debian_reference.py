@@ -134,3 +134,23 @@ def test_permute_labels_gives_each_client_its_own_map():
 def test_partition_values_need_a_natural_partition():
     with pytest.raises(ConfigError, match="data.partition.values"):
         load_config(None, ["data.partition.values=[en-*]"])
+
+
+def test_the_benchmark_command_runs_every_part_with_its_control(tmp_path, capsys):
+    from benchmarks.debian_reference import PARTS, command, main
+
+    table = command("table", [0, 1], tmp_path, ["rounds=2"])
+    configs = [a for a in table if a.startswith("configs/debian/")]
+    assert len(configs) == 9 and "configs/debian/lm-fedper.yaml" in configs
+    control = command("control", [0], tmp_path, [])
+    assert "data.partition.values=[en-*]" in control and str(tmp_path / "debian-control") in control
+    assert "data.permute_labels=false" in command("cls-control", [0], tmp_path, [])
+    for part in PARTS:  # every config of every part loads with the part's overrides
+        line = command(part, [0], tmp_path, [])
+        overrides = [a for a in line if "=" in a]
+        for config in (a for a in line if a.endswith(".yaml")):
+            load_config(Path(__file__).resolve().parents[1] / config, overrides)
+    assert main(["table", "--dry-run", "--seeds", "0"]) == 0
+    assert "ray_jobs.reproduce" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["tabel", "--dry-run"])

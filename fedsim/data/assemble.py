@@ -15,8 +15,8 @@ from typing import Any
 
 from fedsim.data.build import NATURAL, build_federated_data
 from fedsim.data.client_labels import permute_labels
-from fedsim.data.debian_reference import check_prepared
 from fedsim.data.datasets import Dataset, load_dataset
+from fedsim.data.debian_reference import check_prepared
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.data.lm_text import load_lm_dataset
