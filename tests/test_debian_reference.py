@@ -56,10 +56,10 @@ def test_deal_chapters_balances_by_hand():
 def test_prepare_rows_clients_languages_and_seeded_shuffle(tmp_path):
     source = _fixture(tmp_path, ("en", "de"), chapters=4)
     rows = dr.prepare_rows(source, ("en", "de"), clients_per_language=2, seed=1)
-    assert set(rows) == {"text", "language", "chapter", "client"}
+    assert set(rows) == {"text", "language", "chapter", "client_id"}
     assert len(rows["text"]) == 2 * 4 * 3  # 3 paragraphs per page, index and table dropped
-    assert sorted(set(rows["client"])) == ["de-0", "de-1", "en-0", "en-1"]
-    for text, lang, client in zip(rows["text"], rows["language"], rows["client"], strict=True):
+    assert sorted(set(rows["client_id"])) == ["de-0", "de-1", "en-0", "en-1"]
+    for text, lang, client in zip(rows["text"], rows["language"], rows["client_id"], strict=True):
         assert f" {lang} " in text and client.startswith(f"{lang}-")
     again = dr.prepare_rows(source, ("en", "de"), 2, seed=1)
     other = dr.prepare_rows(source, ("en", "de"), 2, seed=2)
@@ -91,7 +91,7 @@ def test_prepare_the_installed_packages():
     rows = dr.prepare_rows(dr.SOURCE)
     counts = {lang: rows["language"].count(lang) for lang in dr.LANGUAGES}
     assert all(count > 1000 for count in counts.values()), counts
-    assert len(set(rows["client"])) == len(dr.LANGUAGES) * dr.CLIENTS_PER_LANGUAGE
+    assert len(set(rows["client_id"])) == len(dr.LANGUAGES) * dr.CLIENTS_PER_LANGUAGE
     assert not any(text.startswith("Table of Contents") for text in rows["text"])
 
 
@@ -99,15 +99,15 @@ def test_partition_values_keep_matching_clients_only():
     groups = np.array(["en-0", "de-0", "en-1", "de-1", "en-0", "en-1", "de-0", "de-1"] * 2)
     labels = np.zeros(len(groups), np.int64)
     dataset = ImageDataset("g", np.zeros((len(groups), 1, 2, 2), np.uint8), labels, 1)
-    data = build_group_federation(dataset, groups, 2, 2, 0.5, 0, "client", patterns=["en-*"])
-    assert [c["client"] for c in data.partition["clients"]] == ["en-0", "en-1"]
+    data = build_group_federation(dataset, groups, 2, 2, 0.5, 0, "client_id", patterns=["en-*"])
+    assert [c["client_id"] for c in data.partition["clients"]] == ["en-0", "en-1"]
     assert data.partition["values"] == ["en-*"]
-    capped = build_group_federation(dataset, groups, 4, 2, 0.5, 0, "client", None, None, 3)
+    capped = build_group_federation(dataset, groups, 4, 2, 0.5, 0, "client_id", None, None, 3)
     assert [len(c.all) for c in capped.clients] == [3, 3, 3, 3]
     with pytest.raises(ConfigError, match="data.partition.values"):
         matching(np.array(["en-0"]), ["fr-*"])
     with pytest.raises(ConfigError, match="data.num_clients"):
-        build_group_federation(dataset, groups, 3, 2, 0.5, 0, "client", patterns=["en-*"])
+        build_group_federation(dataset, groups, 3, 2, 0.5, 0, "client_id", patterns=["en-*"])
 
 
 def test_permute_labels_gives_each_client_its_own_map():

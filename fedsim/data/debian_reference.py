@@ -1,12 +1,12 @@
 """The Debian Reference manual in seven languages as a federation whose clients really differ.
 
 Debian's ``debian-reference-<lang>`` packages (GPL-2+, Osamu Aoki and translators) install the
-same manual as HTML under ``/usr/share/debian-reference/`` (``ch01.en.html``...). ``prepare``
+same manual as HTML under ``/usr/share/debian-reference/`` (``ch01.en.html``...). ``prepare_rows``
 reads every chapter's paragraphs (tables, code blocks, tables of contents, navigation and
 headings dropped; inline code kept as the sentence holds it), deals each language's chapters
 among ``clients_per_language`` clients (largest chapter first, to the client with the fewest
 paragraphs), shuffles the rows by a seed and writes one parquet file the ``hf:`` loader reads:
-columns ``text``, ``language``, ``chapter``, ``client`` (``en-0``...). ``data.name=
+columns ``text``, ``language``, ``chapter``, ``client_id`` (``en-0``...). ``data.name=
 debian-reference`` names that file under ``data.root`` (``make data`` writes it).
 
 Run ``python -m fedsim.data.debian_reference [--source DIR] [--out FILE]``.
@@ -115,7 +115,7 @@ def prepare_rows(
     source: Path, languages: tuple[str, ...] = LANGUAGES,
     clients_per_language: int = CLIENTS_PER_LANGUAGE, seed: int = SEED,
 ) -> dict[str, list[Any]]:  # fmt: skip
-    """The dataset's columns (text, language, chapter, client), rows shuffled by ``seed``."""
+    """The dataset's columns (text, language, chapter, client_id), rows shuffled by ``seed``."""
     if clients_per_language < 1:
         raise ConfigError("--clients-per-language", clients_per_language, "must be >= 1")
     rows: list[tuple[str, str, str, str]] = []
@@ -130,7 +130,7 @@ def prepare_rows(
         for chapter, texts in chapters.items():
             rows += [(text, lang, chapter, f"{lang}-{owner[chapter]}") for text in texts]
     order = np.random.default_rng(seed).permutation(len(rows))
-    columns = ("text", "language", "chapter", "client")
+    columns = ("text", "language", "chapter", "client_id")
     return {name: [rows[i][j] for i in order] for j, name in enumerate(columns)}
 
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}")
         return 2
     out = write(columns, args.out)
-    print(f"{out}: {len(columns['text'])} paragraphs, {len(set(columns['client']))} clients")
+    print(f"{out}: {len(columns['text'])} paragraphs, {len(set(columns['client_id']))} clients")
     return 0
 
 
