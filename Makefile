@@ -3,6 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 FASHION := /usr/share/datasets/fashion-mnist
+# the Debian Reference in seven languages (data.name=debian-reference)
+DEBREF := /usr/share/debian-reference
+DEBREF_OUT := data/debian-reference/debian-reference.parquet
 export RAY_AUTH_MODE ?= disabled
 export WANDB_MODE ?= offline
 export NO_MKDOCS_2_WARNING ?= 1
@@ -38,11 +41,17 @@ $(STAMP): pyproject.toml Makefile .ci/uv_args_from_pip.py
 
 setup: $(STAMP) data
 
-# Fashion-MNIST (70,000 real images) from Debian; skipped where it is present or apt is absent.
+# Fashion-MNIST (70,000 real images) and the Debian Reference in seven languages (prepared
+# into $(DEBREF_OUT)) from Debian; skipped where present or where apt is absent.
 data:
 	@test -d $(FASHION) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || \
 	  echo "note: $(FASHION) missing; fashion-mnist will use data.root or download"; }
+	@test -f $(DEBREF_OUT) || { test -d $(DEBREF) || { command -v apt-get >/dev/null && \
+	  [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq \
+	  $(foreach l,en de es fr it ja pt,debian-reference-$(l))); } ; \
+	  if test -d $(DEBREF); then $(PY) -m fedsim.data.debian_reference --out $(DEBREF_OUT); \
+	  else echo "note: $(DEBREF) missing (apt unavailable); data.name=debian-reference needs it"; fi; }
 
 demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml

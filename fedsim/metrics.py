@@ -83,38 +83,61 @@ def evaluation_summary(
     return out
 
 
-def best_and_final(history: list[dict]) -> dict[str, Any]:
-    """``{"best": ..., "final": ..., "selected_on": ...}`` over evaluated rounds (with the
+# eval.select_on -> (the summary key, whether higher is better)
+SELECTION_KEYS = {"accuracy": ("acc_weighted", True), "loss": ("loss", False),
+                  "perplexity": (PERPLEXITY_KEY, False)}  # fmt: skip
+
+
+def selection(select_on: str, tokens: bool) -> str:
+    """``eval.select_on`` resolved: ``auto`` is loss for next-token prediction (``tokens``:
+    the metric a language model's table reports), accuracy otherwise."""
+    if select_on == "auto":
+        return "loss" if tokens else "accuracy"
+    return select_on
+
+
+def best_and_final(
+    history: list[dict], select_on: str = "auto", tokens: bool | None = None
+) -> dict[str, Any]:
+    """``{"best", "final", "selected_on", "selected_by"}`` over evaluated rounds (with the
     held-out clients', the global model's and the validation split's numbers of those rounds).
 
-    "best" is the round with the highest validation ``acc_weighted`` when every evaluated
-    round has one (``eval.validation_ratio``), reported with its test numbers, and then
-    ``best_on_test`` is the round a selection on test would pick (optimistic: test data chose
-    it); without validation "best" is the highest test ``acc_weighted``. Ties: the earlier
-    round. ``selected_on`` says which: ``validation`` or ``test``."""
+    "best" is the round best on ``select_on`` (``selection``: accuracy highest, loss or
+    perplexity lowest) on validation when every evaluated round has it
+    (``eval.validation_ratio``), reported with its test numbers, and then ``best_on_test``
+    is the round a selection on test would pick (optimistic: test data chose it); without
+    validation "best" is the best on test. Ties: the earlier round. ``selected_on`` says
+    which split (``validation`` or ``test``), ``selected_by`` which key (``val/loss``...).
+    ``tokens`` None: next-token prediction where the rounds have a perplexity."""
+    if tokens is None:
+        tokens = any(PERPLEXITY_KEY in h for h in history)
+    key, higher = SELECTION_KEYS[selection(select_on, tokens)]
     evaluated = [h for h in history if "acc_weighted" in h]
-    validated = bool(evaluated) and all(VAL_KEY in h for h in evaluated)
+    validated = bool(evaluated) and all(VAL_PREFIX + key in h for h in evaluated)
     selected_on = "validation" if validated else "test"
+    selected_by = VAL_PREFIX + key if validated else key
     if not evaluated:
-        return {"best": {}, "final": {}, "selected_on": selected_on}
+        return {"best": {}, "final": {}, "selected_on": selected_on, "selected_by": selected_by}
     extra = [
         k
         for k in evaluated[-1]
         if k == GAP_KEY or k.startswith((UNSEEN_PREFIX, GLOBAL_PREFIX, VAL_PREFIX))
     ]
     pick = ("round", *SUMMARY_KEYS, PERPLEXITY_KEY, *extra)
+    sign = 1.0 if higher else -1.0
 
-    def best_by(key: str) -> dict:
-        best = max(evaluated, key=lambda h: (h[key], -h["round"]))
+    def best_by(by: str) -> dict:
+        best = max(evaluated, key=lambda h: (sign * h.get(by, -sign * math.inf), -h["round"]))
         return {k: best[k] for k in pick if k in best}
 
     out: dict[str, Any] = {
-        "best": best_by(VAL_KEY if validated else "acc_weighted"),
+        "best": best_by(selected_by),
         "final": {k: evaluated[-1][k] for k in pick if k in evaluated[-1]},
         "selected_on": selected_on,
+        "selected_by": selected_by,
     }
     if validated:
-        out["best_on_test"] = best_by("acc_weighted")
+        out["best_on_test"] = best_by(key)
     return out
 
 

@@ -24,6 +24,7 @@ from fedsim.data.federated import FederatedData
 from fedsim.data.holdout import hold_out
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
+from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.pretrained import is_without_weights, without_weights
 from fedsim.rounds.clock_build import trace_mapping
@@ -104,6 +105,11 @@ class Simulation:
         # eval.holdout_clients: the federation is the rest; held-out clients follow it
         held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
         self.data = hold_out(self.data, held, cfg.seed)
+        if cfg.eval.select_on == "perplexity" and not getattr(self.data.dataset, "next_token", 0):
+            raise ConfigError(
+                "eval.select_on", "perplexity", f"needs next-token prediction, and "
+                f"{self.data.dataset.name} has classes: allowed here: auto, loss, accuracy",
+            )  # fmt: skip
         torch.manual_seed(cfg.seed)
         # how every copy of the model is built, resolved once (the run plan carries it)
         model = ModelBuild.from_config(cfg, self.data.dataset.model_kwargs())

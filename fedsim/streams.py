@@ -23,6 +23,8 @@ SPLIT_TAG = 1  # a client's train/test split
 COHORT_TAG = 7  # the clients sampled for a synchronous round
 MAX_SAMPLES_TAG = 5  # data.max_samples' subset (seeded apart from the run's seed)
 RELABEL_TAG = 21  # relabel / rotation permutations
+PERMUTE_LABELS_TAG = 0x9E7  # each client's own label ids (data.permute_labels; twice, so
+# that it never meets cohort's (seed, round, 7, attempt))
 CLUSTERED_TAG = 22  # the clustered partition's memberships
 ATTACKERS_TAG = 16  # which clients attack
 ATTACK_NOISE_TAG = 18  # a gaussian attacker's noise
@@ -87,6 +89,8 @@ STREAMS = _streams(
     ("split", "fedsim.data.build", "numpy", ("seed", SPLIT_TAG)),
     ("relabel", "fedsim.data.heterogeneity", "numpy", ("seed", RELABEL_TAG)),
     ("clustered", "fedsim.data.heterogeneity", "numpy", ("seed", CLUSTERED_TAG)),
+    ("permute_labels", "fedsim.data.client_labels", "numpy",
+     ("seed", PERMUTE_LABELS_TAG, PERMUTE_LABELS_TAG, "client")),
     ("max_samples", "fedsim.data.federated", "numpy", (0, MAX_SAMPLES_TAG)),
     ("holdout", "fedsim.data.holdout", "numpy", ("seed", HOLDOUT_TAG)),
     ("validation", "fedsim.data.validation", "numpy", ("seed", VALIDATION_TAG)),

@@ -28,6 +28,7 @@ from fedsim.config.scheduled import check_schedules, take_schedules
 from fedsim.config.sections import AlgorithmConfig, ClientConfig
 from fedsim.config.suggest import closest_key, foreign_algorithm_key
 from fedsim.config.system import move_old_keys
+from fedsim.data.names import PREPARED_DATASET_NAMES
 from fedsim.errors import ConfigError
 
 
@@ -144,6 +145,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
         raw["client"] = dict(raw["client"])
         schedules.update(take_schedules(raw["client"], ClientConfig, "client."))
     cfg = build_dataclass(ExperimentConfig, raw)
+    resolve_prepared(cfg.data)
     if cfg.runtime.executor == "local" and cfg.runtime.workers is not None:
         raise ConfigError(
             "runtime.workers",
@@ -160,6 +162,19 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     check_schedules(cfg)
     check_effective(cfg)
     return cfg
+
+
+def resolve_prepared(data: Any) -> None:
+    """A dataset ``make data`` prepares (``data.name=debian-reference``) becomes the ``hf:``
+    path of its file under ``data.root`` (missing, the data's build says to run ``make
+    data``), its text column the input unless ``data.input_column`` names another."""
+    if data.name not in PREPARED_DATASET_NAMES:
+        return
+    from fedsim.data import debian_reference
+
+    data.name = debian_reference.resolve(data.root)
+    if data.input_column == "image":  # the default, which names no column of text data
+        data.input_column = "text"
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:

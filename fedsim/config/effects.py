@@ -95,6 +95,7 @@ DEPENDENT: list[Rule] = [
         "a dataset without clients of its own (shakespeare's are its roles)",
     ),  # fmt: skip
     ("data.partition.by", "data.partition.name", lambda v: v == "natural", "natural"),
+    ("data.partition.values", "data.partition.name", lambda v: v == "natural", "natural"),
     ("data.test_split", "data.partition.name", lambda v: v == "natural", "natural"),
     ("data.train_ratio", "data.test_split", lambda v: v is None, "null"),
     ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),

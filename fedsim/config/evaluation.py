@@ -9,7 +9,8 @@ a client receives (PFLlib), or on the one it keeps after the round's local train
 where the run has a clock) summary.json reports: rounds and time to accuracy.
 ``validation_ratio``: a share of each client's train split, drawn by the seed and kept out of
 training, judged with the same model at the same moment as its test split; "best" in
-summary.json is then the round best on validation, reported on test. ``count_flops``: each
+summary.json is then the round best on validation, reported on test; ``select_on`` says best
+by which metric (next-token runs: loss by default). ``count_flops``: each
 client's local training counted in FLOPs (and, on a GPU, its peak memory).
 """
 
@@ -22,6 +23,9 @@ from fedsim.errors import ConfigError
 
 EVAL_MODELS = ("personal", "global", "both")
 EVAL_TIMES = ("start", "after_training")
+# what "best" is chosen on (summary.json's selected_by): auto is loss for next-token
+# prediction, accuracy otherwise (fedsim/metrics.py)
+SELECT_ON = ("auto", "loss", "perplexity", "accuracy")
 
 
 def _holdout_ok(value: float) -> bool:
@@ -58,6 +62,11 @@ class EvalConfig:
         0.0, lambda v: v == 0 or 0 < v < 1, "must be 0 (no validation split) or in (0, 1)"
     )
     count_flops: bool = False  # FLOPs (and GPU peak memory) of each client's local training
+    # the round "best" is chosen on: auto (next-token: loss; else accuracy) | loss |
+    # perplexity | accuracy, on validation with eval.validation_ratio
+    select_on: str = checked(
+        "auto", lambda v: v in SELECT_ON, f"allowed: {', '.join(SELECT_ON)}"
+    )
 
 
 def holdout_count(value: float, num_clients: int) -> int:
@@ -76,4 +85,4 @@ def holdout_count(value: float, num_clients: int) -> int:
     return count
 
 
-__all__ = ["EVAL_MODELS", "EVAL_TIMES", "EvalConfig", "holdout_count"]
+__all__ = ["EVAL_MODELS", "EVAL_TIMES", "SELECT_ON", "EvalConfig", "holdout_count"]

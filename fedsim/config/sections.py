@@ -80,6 +80,14 @@ class PartitionConfig:
     by: str | None = checked(  # natural (hf: data): one client per value of this column
         None, lambda v: v is None or len(v) > 0, "a column name (or null)"
     )
+    # natural: only the clients whose data.partition.by value matches one of these shell
+    # patterns (debian-reference's English clients: [en-*]); null: every value
+    values: list | None = checked(
+        None,
+        lambda v: v is None or (isinstance(v, list) and len(v) > 0
+                                and all(isinstance(p, str) and p for p in v)),
+        "a non-empty list of patterns such as en-* (or null: every value)",
+    )  # fmt: skip
     args: dict = checked(  # flwr:<Partitioner>: its arguments, e.g. {alpha: 0.5, seed: 42}
         predicate=lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
         allowed="a mapping of the partitioner's argument names to values",
@@ -135,6 +143,7 @@ class DataConfig:
         None, lambda v: v is None or v >= 2, "must be >= 2 (or null: 128)"
     )
     packing: bool | None = None  # shakespeare-lm, hf: text: windows of a stream (null) | a row each
+    permute_labels: bool = False  # classes: each client its own label ids (a seeded permutation)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

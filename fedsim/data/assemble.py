@@ -14,7 +14,9 @@ import functools
 from typing import Any
 
 from fedsim.data.build import NATURAL, build_federated_data
+from fedsim.data.client_labels import permute_labels
 from fedsim.data.datasets import Dataset, load_dataset
+from fedsim.data.debian_reference import check_prepared
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.data.lm_text import load_lm_dataset
@@ -34,6 +36,7 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
     d = cfg.data
     hf = None
     if dataset is None and is_hf_name(d.name):  # through the conversion cache under data.root
+        check_prepared(d.name)  # data.name=debian-reference: `make data` made it?
         hf = load_hf(hf_source(d, cfg.model), d.root)
         dataset = hf.dataset
     elif dataset is None and d.name in LM_DATASET_NAMES:  # tokenized by data.tokenizer
@@ -65,7 +68,10 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
         flwr_args=d.partition.args,
         label_column=d.label_column,
         train_rows=None if hf is None else hf.train_rows,
+        values=d.partition.values,
     )
+    if d.permute_labels:  # each client its own label ids (client_labels.py)
+        data = permute_labels(data, cfg.seed)
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map
     return data

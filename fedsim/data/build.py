@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.data.client_labels import matching
 from fedsim.data.dataset_types import Dataset, NaturalClient
 from fedsim.data.federated import ClientSplit, FederatedData, split_train_test
 from fedsim.data.flwr_partition import is_flwr_partition, partition_flwr
@@ -48,6 +49,8 @@ def build_group_federation(
     seed: int,
     by: str,
     train_rows: int | None = None,
+    patterns: list[str] | None = None,
+    max_client_samples: int | None = None,
 ) -> FederatedData:
     """One client per value of ``groups`` (``data.partition.by``: FEMNIST's writer_id): the
     ``num_clients`` largest with >= ``min_samples`` samples (ties: first seen first), each
@@ -60,7 +63,7 @@ def build_group_federation(
         groups.astype(str), return_index=True, return_inverse=True, return_counts=True
     )
     test_row = None if train_rows is None else np.arange(len(groups)) >= train_rows
-    enough = counts >= min_samples
+    enough = (counts >= min_samples) & matching(values, patterns)
     if test_row is not None:  # a train and a test row each
         tests = np.bincount(inverse, weights=test_row, minlength=len(values))
         enough &= (tests >= 1) & (counts - tests >= 1)
@@ -75,7 +78,8 @@ def build_group_federation(
             f"{len(eligible)} or lower data.min_samples",
         )
     chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
-    members = [np.flatnonzero(inverse == k) for k in chosen]
+    # data.max_client_samples: a client's first samples (the data's row order)
+    members = [np.flatnonzero(inverse == k)[:max_client_samples] for k in chosen]
     keep = np.concatenate(members) if members else np.zeros(0, np.int64)
     position = np.arange(len(groups), dtype=np.int64)
     if len(keep) < len(groups):
@@ -92,9 +96,13 @@ def build_group_federation(
     info: dict[str, Any] = {
         "name": NATURAL, "by": by, **split,
         "min_samples": min_samples, "clients_available": len(eligible),
-        "clients": [{"client": i, by: str(values[k]), "samples": int(counts[k])}
+        "clients": [{"client": i, by: str(values[k]), "samples": len(members[i])}
                     for i, k in enumerate(chosen)],
     }  # fmt: skip
+    if patterns is not None:
+        info["values"] = list(patterns)
+    if max_client_samples is not None:
+        info["max_client_samples"] = max_client_samples
     kept = dataset if len(keep) == len(groups) else dataset.subset(keep)
     return FederatedData(dataset=kept, clients=clients, partition=info)
 
@@ -238,6 +246,7 @@ def build_federated_data(
     flwr_args: dict[str, Any] | None = None,
     label_column: str = "label",
     train_rows: int | None = None,
+    values: list[str] | None = None,
 ) -> FederatedData:
     """Partition `dataset` among clients, then split each client's samples into train/test.
 
@@ -250,7 +259,9 @@ def build_federated_data(
     permute the labels / rotate the images of each client's samples in a copy of the dataset;
     `clustered` draws per-cluster class distributions (`clusters`, `alpha`, `sigma`).
     `natural` makes one client per value of `groups` (the `by` column of an hf: dataset;
-    `train_rows`: rows from there on are the data's own test split, kept per client);
+    `train_rows`: rows from there on are the data's own test split, kept per client;
+    `values`: only the values matching one of these shell patterns; `max_client_samples`:
+    each client's first that many samples);
     `flwr:<Partitioner>` is flwr-datasets' partitioner with `flwr_args` (flwr_partition.py).
     """
     if dataset.natural_clients is not None:
@@ -258,14 +269,15 @@ def build_federated_data(
             dataset, num_clients, min_samples, max_client_samples, plays=plays
         )
     for key, value, instead in (
-        ("data.max_client_samples", max_client_samples, "use data.max_samples"),
+        ("data.max_client_samples", None if partition == NATURAL else max_client_samples,
+         "use data.max_samples"),
         ("data.plays", plays, "leave it null"),
     ):
         if value is not None:
             raise ConfigError(
                 key,
                 value,
-                f"applies to datasets that come with their clients (shakespeare), not "
+                f"applies to datasets that come with their clients (shakespeare, natural), not "
                 f"{dataset.name}; {instead}",
             )
     if not 0 < train_ratio < 1:
@@ -277,8 +289,9 @@ def build_federated_data(
                 "hf: dataset (shakespeare comes with its clients already)",
             )  # fmt: skip
         return build_group_federation(
-            dataset, groups, num_clients, min_samples, train_ratio, seed, by, train_rows
-        )
+            dataset, groups, num_clients, min_samples, train_ratio, seed, by, train_rows, values,
+            max_client_samples,
+        )  # fmt: skip
     if is_flwr_partition(partition):
         parts, used = partition_flwr(
             dataset.labels, partition, num_clients, flwr_args or {}, label_column, seed

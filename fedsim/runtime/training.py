@@ -84,6 +84,9 @@ class EvalResult:
     correct: int
     loss_sum: float
     num_samples: int
+    # the sum of each target's squared loss: with loss_sum, the spread of the per-token
+    # (per-sample) losses, a perplexity's noise band in fedsim compare
+    loss_sq_sum: float = 0.0
 
 
 def train_client(
@@ -239,16 +242,18 @@ def evaluate_client(
 
     A sample is one target: one label, or (a language model's targets (B, T)) each token
     that has one (-100, cross-entropy's ignored index, marks none), so loss and accuracy
-    are per token."""
+    are per token; ``loss_sq_sum`` sums the targets' squared losses (their spread)."""
     module.eval()
-    correct, loss_sum, targets = 0, 0.0, 0
+    correct, loss_sum, loss_sq_sum, targets = 0, 0.0, 0.0, 0
     for start in range(0, len(test_indices), batch_size):
         x, y = prepare_batch(data.batch(test_indices[start : start + batch_size]), device)
         logits = module(x)
         correct += int((logits.argmax(1) == y).sum())
-        loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+        losses = torch.nn.functional.cross_entropy(logits, y, reduction="none")  # 0: ignored
+        loss_sum += float(losses.sum())
+        loss_sq_sum += float(losses.double().square().sum())
         targets += len(y) if y.dim() == 1 else int((y != IGNORED).sum())
-    return EvalResult(correct=correct, loss_sum=loss_sum, num_samples=targets)
+    return EvalResult(correct, loss_sum, targets, loss_sq_sum)
 
 
 def gradient_client(

@@ -15,8 +15,9 @@ method, over its seeds (mean, sample std and a 95 % t interval, ``fedsim.search.
   the round selected on validation, and the held-out clients' accuracy and perplexity at
   the final round (``eval.holdout_clients``).
 
-Against each reference method (FedAvg, Local...), the clients hurt (``clients_hurt``) on
-the same seeds, and the paired difference of ``acc`` (and ``val_acc``) with its interval and
+Against each reference method (FedAvg, Local...), the clients hurt on the metric the table
+reports (``hurt_metric.py``: perplexity for next-token runs, else accuracy) on the same
+seeds, and the paired difference of ``acc`` (and ``val_acc``) with its interval and
 paired t test: a difference is marked supported when p < 0.05.
 """
 
@@ -31,7 +32,8 @@ import numpy as np
 
 from fedsim.errors import ConfigError
 from fedsim.search.stats import PAIRED_TEST, mean_std, paired_difference, supported, t_interval
-from fedsim.tracking.clients_hurt import HurtSummary, clients_hurt
+from fedsim.tracking.clients_hurt import HurtSummary
+from fedsim.tracking.hurt_metric import clients_hurt_on_metric
 from fedsim.tracking.run_data import RunData, is_number, load_run
 
 COLUMNS = {  # key -> header; each column says what chose its round
@@ -168,13 +170,16 @@ def versus(method: Method, reference: Method) -> dict[str, Any]:
     pairs = paired_runs(method, reference)
     if not pairs or method is reference:
         return {}
-    hurt: list[HurtSummary] = [clients_hurt(run, ref) for run, ref in pairs]
+    # on the metric the table reports: perplexity (its per-token band) for next-token runs
+    hurt: list[HurtSummary] = [clients_hurt_on_metric(run, ref) for run, ref in pairs]
     seeds = sorted(set(method.runs) & set(reference.runs))
     out: dict[str, Any] = {"reference": reference.label, "pairs": len(pairs), "seeds": seeds,
-                           "selection": hurt[0].selection, "hurt": hurt}  # fmt: skip
+                           "selection": hurt[0].selection, "hurt": hurt,
+                           "metric": hurt[0].metric}  # fmt: skip
     for share in ("worse", "better", "within", "worst_loss"):
         out[share] = float(np.mean([getattr(h, share) for h in hurt]))
-    held = [clients_hurt(run, ref, held_out=True) for run, ref in pairs if run.held_out]
+    held = [clients_hurt_on_metric(run, ref, held_out=True)
+            for run, ref in pairs if run.held_out]  # fmt: skip
     if held and all(len(h.clients) for h in held):
         out["held_out_worse"] = float(np.mean([h.worse for h in held]))
     for key in ("acc", "val_acc"):

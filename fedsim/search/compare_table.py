@@ -99,7 +99,20 @@ def notes(against: dict[str, list[dict]]) -> str:
         f"reference's on the same seed; within noise when at most {Z} standard errors of "
         "the difference of the two accuracies on that client's test samples. Δ: paired "
         f"over seeds, in points [95 % interval], with the {PAIRED_TEST}; * marks a "
-        "difference the seeds support (p < 0.05).\n"
+        "difference the seeds support (p < 0.05).\n" + perplexity_note(against)
+    )
+
+
+def perplexity_note(against: dict[str, list[dict]]) -> str:
+    """How clients hurt are judged where the table reports perplexity (next-token runs)."""
+    if not any(r.get("metric") == "perplexity" for rows in against.values() for r in rows):
+        return ""
+    return (
+        "\nNext-token runs are judged on perplexity instead: per client, the reference's mean "
+        "test loss per token minus the run's (> 0: a lower perplexity), within noise when at "
+        f"most {Z} standard errors of that difference over the client's test tokens "
+        "(sqrt((sd_a^2 + sd_r^2) / n), sd the spread of each run's per-token losses, "
+        "clients.csv's loss_sd); the worst client's loss is then in log-perplexity x 100.\n"
     )
 
 
@@ -159,6 +172,14 @@ def plot_methods(rows: list[dict], methods: list[Method], path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def per_client_section(methods: list[Method]) -> str:
+    """compare.md's per-client table of the reported metric (``hurt_metric.py``)."""
+    from fedsim.tracking.hurt_metric import client_table_markdown
+
+    table = client_table_markdown(methods)
+    return f"\n## Per client\n\n{table}" if table else ""
+
+
 def write_comparison(methods: list[Method], references: list[str], out: Path) -> list[Path]:
     """compare.md, compare.csv, plots/methods.png and, per reference, plots/clients_vs_
     <reference>.png (the lowest paired seed's per-client differences) in ``out``."""
@@ -166,7 +187,7 @@ def write_comparison(methods: list[Method], references: list[str], out: Path) ->
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
     md = out / "compare.md"
-    md.write_text(comparison_markdown(rows, against))
+    md.write_text(comparison_markdown(rows, against) + per_client_section(methods))
     written = [md, write_csv(out / "compare.csv", rows)]
     written.append(plot_methods(rows, methods, out / "plots" / "methods.png"))
     for ref, vs in against.items():

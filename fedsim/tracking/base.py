@@ -23,6 +23,9 @@ class ClientRow:
     flops: int | None = None  # its local training's FLOPs this round (eval.count_flops)
     peak_memory_mib: float | None = None  # its training's peak GPU memory (eval.count_flops)
     perplexity: float | None = None  # exp(loss): next-token prediction only (else None)
+    # the standard deviation of its per-token losses (next-token prediction only): a
+    # perplexity's noise band in fedsim compare (fedsim/tracking/hurt_metric.py)
+    loss_sd: float | None = None
     # what the module logged with self.log in training_step (mean over the client's steps);
     # clients.csv writes each as a column train/<name>
     train: dict[str, float] | None = None

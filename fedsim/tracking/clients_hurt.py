@@ -43,6 +43,7 @@ class HurtSummary:
     differences: np.ndarray  # accuracy differences, same order
     noise: np.ndarray  # Z standard errors per client
     selection: str  # which rounds were compared
+    metric: str = "accuracy"  # what differences are in: accuracy, or perplexity's log (loss)
 
     @property
     def better(self) -> float:
@@ -58,7 +59,7 @@ class HurtSummary:
 
     @property
     def worst_loss(self) -> float:
-        """The largest accuracy a client lost (0 when none lost any)."""
+        """The largest accuracy (or, on perplexity, log-perplexity) a client lost (0: none)."""
         return float(max(0.0, -self.differences.min())) if len(self.clients) else math.nan
 
     def as_dict(self) -> dict[str, float | int | str]:
@@ -123,7 +124,10 @@ def plot_clients_hurt(
                         color=line.get_color(), alpha=0.12)  # fmt: skip
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("clients, sorted by difference (fraction)")
-    ax.set_ylabel(f"accuracy minus {reference} (points)")
+    if pairs and pairs[0][1].metric == "perplexity":
+        ax.set_ylabel(f"{reference}'s test loss minus this (x100; > 0: lower perplexity)")
+    else:
+        ax.set_ylabel(f"accuracy minus {reference} (points)")
     selection = pairs[0][1].selection if pairs else ""
     where = ", ".join(w for w in (selection, note) if w)
     ax.set_title(f"per-client difference vs {reference} ({where}); band: noise", fontsize=9)

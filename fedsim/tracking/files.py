@@ -32,6 +32,7 @@ class FileSink(Sink):
         self._clients = open(run_dir / "clients.csv", "w", newline="")
         fields = [f.name for f in dataclasses.fields(ClientRow) if f.name != "train"]
         fields.remove("perplexity")  # beside loss once a row has one (next-token prediction)
+        fields.remove("loss_sd")  # beside perplexity: the per-token losses' spread
         if (config.get("attack") or {}).get("kind", "none") == "none":
             fields.remove("attacked")  # the column exists in runs with an attack only
         evaluation = config.get("eval") or {}
@@ -66,6 +67,7 @@ class FileSink(Sink):
         )  # fmt: skip
         if tokens:
             self._fields.insert(self._fields.index("loss") + 1, "perplexity")
+            self._fields.insert(self._fields.index("perplexity") + 1, "loss_sd")
         if self._writer is None or tokens or not set(logged) <= set(self._fields):
             self._start_columns(logged)
         assert self._writer is not None

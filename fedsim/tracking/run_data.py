@@ -61,6 +61,7 @@ CLIENT_COLUMNS: dict[str, Any] = {
     "accuracy": float,
     "loss": float,
     "perplexity": float,  # runs of next-token prediction only
+    "loss_sd": float,  # runs of next-token prediction only: per-token losses' spread
     "n": int,
     "classes": int,
     "weight": float,  # empty: the client did not train that round
