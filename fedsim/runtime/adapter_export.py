@@ -4,7 +4,8 @@
 ``adapters/clients/<name>`` each client's full personal adapter: the model the client is
 evaluated with (``Algorithm.personalized_params``: FedSA-LoRA's shared A with its own B,
 Ditto's personal adapter, FedPer's shared lower layers with its personal top layers), written
-where it differs from the global one. Each folder is ``adapter_config.json`` +
+where it differs from the global one (``index.json`` maps every client to its folder, ``global``
+for a client whose model is the global one). Each folder is ``adapter_config.json`` +
 ``adapter_model.safetensors``, so plain ``peft.PeftModel.from_pretrained(base, folder)`` loads
 it on the same base with the same outputs. ``adapters/index.json`` names each folder's client.
 
@@ -136,9 +137,10 @@ class AdapterExport:
             client_state = None if store is None else store.get(client)
             info = algorithm.client_info(client, rounds)
             flat = algorithm.personalized_params(state, client_state, info).detach().float()
-            if global_flat is not None and torch.equal(flat, global_flat):
-                continue
             name = self.names.get(client, str(client))
+            if global_flat is not None and torch.equal(flat, global_flat):
+                index["clients"][name] = {"id": client, "folder": "global", "note": None}
+                continue
             sub = folder_name(name)
             while sub in used:
                 sub += f"-{client}"
