@@ -100,7 +100,8 @@ DEPENDENT: list[Rule] = [
     ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),
     *[
         (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
-        for key in ("split", "input_column", "label_column", "resize")
+        for key in ("split", "input_column", "label_column", "resize", "prompt_column",
+                    "response_column")
     ],
     # a language model's tokens: Shakespeare's roles (shakespeare-lm) or an hf: text column
     # (fedsim/data/hf_text.py refuses them there on a column that is not text)

@@ -135,6 +135,8 @@ class DataConfig:
         None, lambda v: v is None or v >= 2, "must be >= 2 (or null: 128)"
     )
     packing: bool | None = None  # shakespeare-lm, hf: text: windows of a stream (null) | a row each
+    prompt_column: str | None = None  # hf: instruction data's prompts (no loss on them)
+    response_column: str | None = None  # hf: instruction data's responses (the loss is on them)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

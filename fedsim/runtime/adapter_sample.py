@@ -4,7 +4,7 @@ client's adapter (or the global one), as the run wrote them (``adapter_export.py
 The adapter is read back by plain peft (``PeftModel.from_pretrained``) from the run's
 ``adapters/`` folder, over the base the run named (``model.args.source``, loaded as fedsim
 loads it: a folder, a GGUF file, SmolLM2's package), and the prompt is tokenized by the run's
-tokenizer, through its chat template where the run's data used one. Greedy unless
+tokenizer, written as its instruction data was (if it had some). Greedy unless
 ``--temperature`` > 0; seeded either way. Every mistake is one line naming the argument.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from fedsim.data.hf_instruct import instruction_text
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, load_frozen_base, load_tokenizer, shared_copy
 from fedsim.runtime.adapter_export import INDEX
@@ -120,16 +121,13 @@ def sample(
 
 
 def prompt_ids(tokenizer: Any, prompt: str, config: dict[str, Any]) -> Any:
-    """The prompt's token ids (1, T): through the tokenizer's chat template where the run
-    trained on prompt / response pairs with one (``data.prompt_column``)."""
+    """The prompt's token ids (1, T): written as the run's instruction data was (the chat
+    template, or Alpaca's: ``hf_instruct.instruction_text``) where it had a prompt column."""
     import torch
 
-    data = config.get("data") or {}
-    if data.get("prompt_column") and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if (config.get("data") or {}).get("prompt_column"):
+        head, _ = instruction_text(tokenizer, prompt)
+        ids = tokenizer(head, add_special_tokens=False)["input_ids"]
     else:
         ids = tokenizer(prompt)["input_ids"]
     if not ids:
