@@ -5,6 +5,7 @@
   fedsim keys [SECTION]          algorithms, models, datasets; a section's or algorithm's keys
   fedsim report RUN_DIR ...      redraw a run folder's plots
   fedsim compare PATH ...        runs or reproduce folders side by side, over seeds
+  fedsim sample RUN_DIR --prompt TEXT [--client NAME]   text from a run's LoRA adapter
   fedsim tune CONFIG --search key=space ... [--samples N] [--scheduler asha|fifo|pbt]
   fedsim tune --resume DIR       continue an interrupted search
 
@@ -29,6 +30,7 @@ from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
 from fedsim.interrupts import stop_reason, stop_signals
 from fedsim.run_folder import check_out_dir, default_run_dir
+from fedsim.runtime.adapter_sample import add_sample_command
 from fedsim.search.compare_command import add_compare_command
 from fedsim.search.options import add_arguments as add_tune_arguments
 
@@ -301,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_arguments(tune)
     tune.set_defaults(func=cmd_tune)
     add_compare_command(sub)  # fedsim compare (fedsim/search/compare_command.py)
+    add_sample_command(sub)  # fedsim sample (fedsim/runtime/adapter_sample.py)
     return parser
 
 

@@ -268,6 +268,7 @@ def run_experiment(
         write_algorithm_figures(
             run_dir, simulation.algorithm, result.state, result.client_store, cfg.to_dict()
         )
+        simulation.write_adapters(run_dir, result)  # a LoRA run's adapters as peft folders
         if report:
             write_report_safely(run_dir)
     except BaseException:

@@ -34,11 +34,13 @@ from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
 from fedsim.rounds.system_clock import sample_cohort
 from fedsim.run_plan import ModelBuild, resolve_run_plan
+from fedsim.runtime.adapter_export import AdapterExport, start_adapter
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
 from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
 from fedsim.runtime.worker import WorkerSpec
 from fedsim.tracking.base import Sink
+from fedsim.tracking.client_names import client_names
 from lightning_modules.blocks import block_parameters, head_parameters
 from lightning_modules.flat_params import ParamLayout, flatten_module
 
@@ -122,6 +124,10 @@ class Simulation:
         if not is_without_weights(template):
             fit_model(template, sample, self.data.num_classes, cfg.model.name)
         self.initial_params = flatten_module(template)
+        self.template = template  # adapters.*: the peft model that reads and writes adapters
+        if cfg.adapters.start_from is not None:
+            self.initial_params = start_adapter(template, self.initial_params,
+                                                cfg.adapters.start_from)  # fmt: skip
         self.federation = federation_info(template, self.data, cfg)
         algo_cls = get_algorithm_class(cfg.algorithm.name)
         self.algorithm: Algorithm = algo_cls(cfg.algorithm.params, self.federation)
@@ -147,6 +153,25 @@ class Simulation:
         )  # fmt: skip
         self.interrupted: Interruption | None = None
         self.worker_spec = WorkerSpec.from_plan(self.plan, self.algorithm)
+        if cfg.adapters.save_every > 0 and self.adapter_export().skip_reason is not None:
+            raise ConfigError("adapters.save_every", cfg.adapters.save_every,
+                              f"{self.adapter_export().skip_reason}: nothing to write")  # fmt: skip
+
+    def write_adapters(self, run_dir: Path, result: RunResult) -> dict[str, Any] | None:
+        """The final adapters under ``run_dir/adapters`` (None: the model has none to write;
+        a note on stderr where it has an adapter that peft cannot hold)."""
+        export = self.adapter_export()
+        if export.skip_reason is not None:
+            if export.peft_model is not None:
+                print(f"fedsim: note: no adapters/ folder: {export.skip_reason}", file=sys.stderr)
+            return None
+        return export.write(run_dir / "adapters", result.state, result.client_store,
+                            self.cfg.rounds)  # fmt: skip
+
+    def adapter_export(self) -> AdapterExport:
+        """What writes this run's adapters as peft folders (``adapters``), clients named as
+        partition.json names them."""
+        return AdapterExport(self.template, self.algorithm, client_names(self.partition_info()))
 
     def model_bytes(self) -> np.ndarray:
         """What each client downloads in round 0 (the broadcast and its payload): an
@@ -192,6 +217,14 @@ class Simulation:
             self.sample_cohort, self.plan, getattr(self.data.dataset, "next_token", False),
         )  # fmt: skip
         self.loop = loop
+        every = self.cfg.adapters.save_every
+        if run_dir is not None and every > 0:
+            export = self.adapter_export()
+            loop.after_commit = lambda done, state, store: (
+                export.write(run_dir / "adapters" / f"round-{done}", state, store, done)
+                if done % every == 0 and done < self.cfg.rounds
+                else None
+            )
         try:
             return loop.run(executor, self.initial_params, sinks, run_dir=run_dir, resume=resume)
         finally:

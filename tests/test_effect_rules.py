@@ -89,6 +89,8 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
     ("data.label_column", "data.name"): ("target", [HF], ["data.name=mnist-5k"]),
     ("data.resize", "data.name"): ("16", [HF], ["data.name=mnist-5k"]),
     ("data.resize", "model.name"): ("16", [HF], [HF, "model.name=causal_lm"]),
+    ("data.prompt_column", "data.name"): ("question", [HF], ["data.name=mnist-5k"]),
+    ("data.response_column", "data.name"): ("answer", [HF], ["data.name=mnist-5k"]),
     **{
         (f"data.{key}", "data"): (value, ["data.name=shakespeare-lm"], ["data.name=mnist-5k"])
         for key, value in (("tokenizer", "smollm2"), ("max_length", "64"), ("packing", "false"))

@@ -126,6 +126,7 @@ def cli_page() -> str:
         ("fedsim keys", ["keys", "--help"], main),
         ("fedsim report", ["report", "--help"], main),
         ("fedsim compare", ["compare", "--help"], main),
+        ("fedsim sample", ["sample", "--help"], main),
         ("fedsim tune", ["tune", "--help"], main),
         ("python -m ray_jobs.reproduce", ["--help"], reproduce.main),
     ]

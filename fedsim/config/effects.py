@@ -101,7 +101,8 @@ DEPENDENT: list[Rule] = [
     ("data.partition.args", "data.partition.name", lambda v: v.startswith("flwr:"), "flwr:..."),
     *[
         (f"data.{key}", "data.name", lambda v: v.startswith("hf:"), "hf:<local path>")
-        for key in ("split", "input_column", "label_column", "resize")
+        for key in ("split", "input_column", "label_column", "resize", "prompt_column",
+                    "response_column")
     ],
     (
         "data.resize",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsim.checks import checked
+from fedsim.config.adapters import AdaptersConfig
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.deployment import (
     AggregationConfig,
@@ -64,6 +65,7 @@ class ExperimentConfig:
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    adapters: AdaptersConfig = field(default_factory=AdaptersConfig)
 
     @property
     def schedules(self) -> dict[str, Schedule]:

@@ -144,6 +144,8 @@ class DataConfig:
     )
     packing: bool | None = None  # shakespeare-lm, hf: text: windows of a stream (null) | a row each
     permute_labels: bool = False  # classes: each client its own label ids (a seeded permutation)
+    prompt_column: str | None = None  # hf: instruction data's prompts (no loss on them)
+    response_column: str | None = None  # hf: instruction data's responses (the loss is on them)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
 

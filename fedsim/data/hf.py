@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.data import hf_cache, hf_text, lm_text
+from fedsim.data import hf_cache, hf_instruct, hf_text, lm_text
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
 from fedsim.data.hf_columns import (
     arrow_column,
@@ -55,7 +55,10 @@ def hf_source(data: Any, model: Any = None) -> HFSource:
     for ``data.partition.name=natural``; config/effects.py refuses it otherwise); ``model``
     (its ``model`` section) says whether a text column is tokenized, and how."""
     by = data.partition.by if data.partition.name == "natural" else None
+    spec = None if model is None else hf_text.text_spec(data, model)
     columns = data.input_column
+    if spec is not None and spec.prompt_column is not None:  # instruction data: the pair
+        columns = [spec.prompt_column, spec.response_column]
     return HFSource(
         data.name,
         data.split,
@@ -64,7 +67,7 @@ def hf_source(data: Any, model: Any = None) -> HFSource:
         by,
         data.resize,
         data.test_split if by is not None else None,
-        None if model is None else hf_text.text_spec(data, model),
+        spec,
     )
 
 
@@ -169,6 +172,14 @@ def _tokenized(
 ) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
     """A text column tokenized for a pretrained language model (``hf_text.py``)."""
     spec = source.text
+    if spec.prompt_column is not None:  # prompt / response pairs (hf_instruct.py)
+        pairs, groups, train_rows = hf_instruct.tokenize_pairs(
+            spec, source.name, table, groups, train_rows
+        )
+        info = _info(source, pairs, groups, [], train_rows)
+        info["tokenized"] = {"tokenizer": spec.source, "max_length": spec.max_length,
+                             "task": "instruction"}  # fmt: skip
+        return pairs, groups, info
     column = source.input_columns[0]
     feature = table.features[column]
     if len(source.input_columns) != 1 or getattr(feature, "dtype", None) not in (
@@ -226,9 +237,12 @@ def _first_not_char(values: list[Any]) -> Any:
 
 def _check_columns(source: HFSource, columns: list[str]) -> None:
     listed = f"no such column; the columns are: {', '.join(columns)}"
-    for column in source.input_columns:
+    keys = ["data.input_column"] * len(source.input_columns)
+    if source.text is not None and source.text.prompt_column is not None:
+        keys = ["data.prompt_column", "data.response_column"]
+    for key, column in zip(keys, source.input_columns, strict=True):
         if column not in columns:
-            raise ConfigError("data.input_column", column, listed)
+            raise ConfigError(key, column, listed)
     next_token = source.text is not None and source.text.task == hf_text.NEXT_TOKEN
     if source.label_column not in columns and not next_token:  # predicting: no labels
         raise ConfigError("data.label_column", source.label_column, listed)

@@ -40,12 +40,14 @@ _pending: dict[Path, tuple[Any, Any, dict[str, Any]]] = {}  # the newest two, as
 def _dataset_kinds() -> dict[str, type]:
     if not _KINDS:
         from fedsim.data.dataset_types import ImageDataset, TabularDataset
+        from fedsim.data.hf_instruct import InstructionTokens
         from fedsim.data.hf_text import LabelledTokens
         from fedsim.data.lm_text import TokenDataset
         from fedsim.data.text import TextDataset
 
         _KINDS.update(image=ImageDataset, tabular=TabularDataset, text=TextDataset,
-                      tokens=TokenDataset, labelled_tokens=LabelledTokens)  # fmt: skip
+                      tokens=TokenDataset, labelled_tokens=LabelledTokens,
+                      instruction_tokens=InstructionTokens)  # fmt: skip
     return _KINDS
 
 

@@ -46,11 +46,16 @@ class TextSpec:
     packing: bool
     task: str
     given: tuple[str, Any] | None = None  # the first of data.tokenizer... set: (key, value)
+    prompt_column: str | None = None  # instruction data (hf_instruct.py): both or neither
+    response_column: str | None = None
 
     def described(self) -> dict[str, Any]:
         """What the cache key reads: the tokenizer's files (not just its name) and the rest."""
-        return {"tokenizer": tokenizer_stamp(self.key, self.source), "max_length":
-                self.max_length, "packing": self.packing, "task": self.task}  # fmt: skip
+        described = {"tokenizer": tokenizer_stamp(self.key, self.source), "max_length":
+                     self.max_length, "packing": self.packing, "task": self.task}  # fmt: skip
+        if self.prompt_column is not None:
+            described["instruction"] = [self.prompt_column, self.response_column]
+        return described
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def text_spec(data: Any, model: Any) -> TextSpec | None:
     (None: the column is read as it is). ConfigError for a key that would act on nothing."""
     task = TOKENIZED_MODELS.get(model.name)
     if task is None and data.tokenizer is None:
-        for key in ("max_length", "packing"):
+        for key in ("max_length", "packing", "prompt_column", "response_column"):
             if getattr(data, key) is not None:
                 raise ConfigError(
                     f"data.{key}", getattr(data, key), "acts only on a text column tokenized "
@@ -91,6 +96,7 @@ def text_spec(data: Any, model: Any) -> TextSpec | None:
                 )  # fmt: skip
         return None
     task = task or NEXT_TOKEN
+    pair = instruction_columns(data, task, model.name)
     if task == CLASSIFY and data.packing:
         raise ConfigError(
             "data.packing", data.packing, f"model.name={model.name} classifies one row at a "
@@ -104,7 +110,32 @@ def text_spec(data: Any, model: Any) -> TextSpec | None:
     packing = task == NEXT_TOKEN and data.packing is not False
     given = next(((f"data.{k}", getattr(data, k)) for k in TEXT_KEYS
                   if getattr(data, k) is not None), None)  # fmt: skip
+    if pair is not None:
+        return TextSpec(source, key, length, False, task, given, *pair)
     return TextSpec(source, key, length, packing, task, given)
+
+
+def instruction_columns(data: Any, task: str, model: str) -> tuple[str, str] | None:
+    """(prompt, response) columns of instruction data (None: a text column); ConfigError
+    for one without the other, for a classifier, or with packing."""
+    prompt, response = data.prompt_column, data.response_column
+    if prompt is None and response is None:
+        return None
+    if prompt is None or response is None:
+        given, missing = ("data.prompt_column", "data.response_column")[:: 1 if prompt else -1]
+        raise ConfigError(given, prompt or response, f"instruction data needs {missing} too "
+                          "(the loss is on the response, the prompt masked)")  # fmt: skip
+    if task != NEXT_TOKEN:
+        raise ConfigError(
+            "data.prompt_column", prompt, "trains a language model on responses, and "
+            f"model.name={model} classifies: use model.name=causal_lm",
+        )  # fmt: skip
+    if data.packing:
+        raise ConfigError(
+            "data.packing", data.packing, "instruction data is one sample a row (prompt, "
+            "then response), never packed: leave it null or false",
+        )  # fmt: skip
+    return prompt, response
 
 
 def refuse_non_text(spec: TextSpec, column: str, kind: str) -> None:

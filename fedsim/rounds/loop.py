@@ -66,6 +66,9 @@ class RoundLoop:
         self.num_clients = len(num_classes)
         self.tokens = tokens
         self.interrupted: Interruption | None = None
+        # called with (rounds done, server state, client store) after each training round is
+        # committed (adapters.save_every: the adapters written as peft folders)
+        self.after_commit: Callable[[int, ServerState, ClientStateStore], Any] | None = None
 
     def plan(self, round_idx: int) -> RoundPlan:
         cfg = self.cfg
@@ -248,6 +251,8 @@ class _Progress:
                 divergence_hint(cfg),
             )  # fmt: skip
         self.done = plan.round + 1
+        if plan.training and loop.after_commit is not None:
+            loop.after_commit(self.done, self.state, self.store)
         if self.checkpoints is not None:
             self.records.append(record)
             if plan.training and (self.done % cfg.checkpoint_every == 0 or self.done == cfg.rounds):
