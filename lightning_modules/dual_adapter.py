@@ -1,5 +1,6 @@
-"""A second LoRA adapter beside a causal LM's first (``CausalLM(personal_adapter=True)``), and
-how the two combine per instance: FedDPA's global and personal adapters on one frozen base.
+"""A second LoRA adapter beside an adapted model's first (the ``personal`` adapter variant,
+which FedDPA declares and ``adapters.build_adapter`` applies), and how the two combine per
+instance: FedDPA's global and personal adapters on one frozen base.
 
 peft holds both adapters on the same linear modules: ``<module>.lora_A.default`` /
 ``lora_B.default`` (the global adapter) and ``<module>.lora_A.personal`` / ``lora_B.personal``.

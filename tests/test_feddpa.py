@@ -86,7 +86,7 @@ def config(tiny: str, root, *overrides: str):
         "runtime.executor=local", "data.name=shakespeare-lm", "data.num_clients=3",
         "data.min_samples=8", "data.max_client_samples=40", "data.max_length=16",
         f"data.root={root}", "model.name=causal_lm",
-        f"model.args={{source: {tiny}, rank: {RANK}, personal_adapter: true}}",
+        f"model.args={{source: {tiny}, rank: {RANK}}}",
         "algorithm.name=feddpa", "rounds=3", "client.batch_size=8", "client.optimizer=adam",
         "client.lr=0.01", "join_ratio=1.0", *overrides,
     ])  # fmt: skip
@@ -101,7 +101,7 @@ def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
     from lightning_modules.flat_params import bind_flat_parameters
 
     torch.manual_seed(0)
-    dual = CausalLM(source=tiny, rank=RANK, personal_adapter=True).eval()
+    dual = CausalLM(source=tiny, rank=RANK, adapter_variant="personal").eval()
     flat, layout = bind_flat_parameters(dual)
     with torch.no_grad():
         flat.normal_(0, 0.3)
@@ -154,7 +154,7 @@ def test_personal_and_global_beat_the_global_adapter_alone_on_each_clients_text(
                  "algorithm.personal_epochs=2")  # fmt: skip
     sim, result = simulate(tiny, cfg)
     algorithm = sim.algorithm
-    module = CausalLM(source=tiny, rank=RANK, personal_adapter=True)
+    module = CausalLM(source=tiny, rank=RANK, adapter_variant="personal")
     flat, _ = bind_flat_parameters(module)
     alone = algorithm.global_params(algorithm.broadcast(result.state))
     gaps = []
@@ -191,13 +191,9 @@ def test_bytes_resume_ray_and_a_newcomer(tiny, tmp_path, ray_pool):
     assert torch.equal(ray.state["params"], straight.state["params"])
 
 
-def test_a_model_without_the_personal_adapter_is_refused_in_one_line(tiny, tmp_path):
+def test_a_model_without_an_adapter_is_refused_in_one_line():
     from fedsim.simulation import Simulation
 
-    cfg = config(tiny, tmp_path / "data", f"model.args={{source: {tiny}, rank: {RANK}}}")
-    with pytest.raises(ConfigError, match="set model.args.personal_adapter=true") as err:
-        Simulation(cfg, voices_data(tiny, cfg))
-    assert err.value.key == "model.args.personal_adapter" and "\n" not in str(err.value)
     cnn = load_config("configs/quickstart.yaml", ["algorithm.name=feddpa", "data.name=mnist-5k"])
     with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
         Simulation(cnn)

@@ -17,6 +17,7 @@ from fedsim.algorithms.base import FederationInfo, WeightedSum
 from fedsim.algorithms.hetlora import HetLoRA
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
+from lightning_modules.adapters import AdapterParts, LoraModule
 from lightning_modules.flat_params import ParamEntry, ParamLayout
 
 pytestmark = pytest.mark.xdist_group("lora")
@@ -35,9 +36,12 @@ def hand_federation() -> FederationInfo:
     """One adapted module: A (3 x 2), B (2 x 3), max rank 3."""
     layout = ParamLayout([ParamEntry("m.lora_A.default.weight", (3, 2), 0, 6),
                           ParamEntry("m.lora_B.default.weight", (2, 3), 6, 6)])  # fmt: skip
+    declared = AdapterParts("lora", (LoraModule("m", "m.lora_A.default.weight",
+                                                "m.lora_B.default.weight"),))  # fmt: skip
     return FederationInfo(layout=layout, num_clients=3, num_classes=1,
                           train_sizes=np.array([10, 20, 30]), class_counts=np.ones((3, 1)),
-                          head_names=[], block_names=[], block_parameters={})  # fmt: skip
+                          head_names=[], block_names=[], block_parameters={},
+                          adapters=declared)  # fmt: skip
 
 
 @pytest.mark.parametrize("aggregation", ["sparsity", "n"])

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 import torch
 from helpers import client_info, federation, run_round
+from lora_fixtures import ADAPTER_ONLY
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.errors import ConfigError
+from lightning_modules.adapters import AdapterParts, LoraModule
 
-METHODS = ("fedsa_lora", "ffa_lora", "fedex_lora")
+METHODS = ADAPTER_ONLY  # every method that declares an adapter (ADAPTER)
 A, B, R = "lora_A", "lora_B", "lora_residual"
 
 # ------------------------------------------------------------------ hand computations
@@ -27,13 +29,15 @@ HEAD = "head.weight"  # a trained entry outside the adapter (a classifier's head
 def lora_federation(residual: bool = False, sizes: tuple[int, ...] = (1, 3)):
     """Two adapted modules, q (out 4) and v (out 2), rank 2 over 3 inputs (+ residuals), and
     a head of 2 entries."""
-    params = []
+    params, modules = [], []
     for module, out in (("m.q", 4), ("m.v", 2)):
-        params += [(f"{module}.{A}.default.weight", (2, 3)), (f"{module}.{B}.default.weight",
-                                                               (out, 2))]  # fmt: skip
+        a, b = f"{module}.{A}.default.weight", f"{module}.{B}.default.weight"
+        params += [(a, (2, 3)), (b, (out, 2))]
         if residual:
             params.append((f"{module}.{R}", (out, 3)))
-    return federation([*params, (HEAD, (2,))], sizes=list(sizes))
+        modules.append(LoraModule(module, a, b, f"{module}.{R}" if residual else None))
+    declared = AdapterParts("residual" if residual else "lora", tuple(modules))
+    return federation([*params, (HEAD, (2,))], sizes=list(sizes), adapters=declared)
 
 
 def head_is_averaged(new: dict[str, Any], models: list[torch.Tensor], fed: Any) -> bool:
@@ -158,7 +162,7 @@ def test_a_model_without_lora_is_refused_in_one_line(name):
     with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
         cls(cls.Params(), fed)
     assert err.value.key == "algorithm.name" and "\n" not in str(err.value)
-    if name != "fedex_lora":  # FedEx-LoRA's residuals would only be carried around
-        with pytest.raises(ConfigError, match="leave it false") as err:
-            cls(cls.Params(), lora_federation(residual=True))
-        assert err.value.key == "model.args.residual"
+    if name == "fedex_lora":  # a model that declares no residual (the variant it asks for)
+        with pytest.raises(ConfigError, match="declares none") as err:
+            cls(cls.Params(), lora_federation(residual=False))
+        assert err.value.key == "model.name" and "\n" not in str(err.value)

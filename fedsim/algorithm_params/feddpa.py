@@ -1,8 +1,8 @@
 """FedDPA: a global LoRA adapter averaged, a personal one kept, mixed per instance at inference
 
 ``algorithm.*`` keys of ``fedsim/algorithms/feddpa.py`` (torch-free: a config is checked
-without importing the algorithm). Needs ``model.name=causal_lm`` with
-``model.args.personal_adapter=true``.
+without importing the algorithm). Needs an adapter model (``model.name=causal_lm``), which
+fedsim builds with the second adapter this algorithm declares (``ADAPTER``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from fedsim.algorithm_params.base import AlgorithmParams, is_positive_count
 from fedsim.checks import checked
 
 # the smallest runnable example: an adapter model with its second (personal) adapter
-EXAMPLE = ("model.name=causal_lm", "model.args.personal_adapter=true")
+EXAMPLE = ("model.name=causal_lm",)
+# the adapter variant it needs: a second (personal) adapter beside the first, which fedsim
+# asks the model to build (lightning_modules/adapters.py)
+ADAPTER = "personal"
 
 
 @dataclass

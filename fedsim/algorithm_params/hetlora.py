@@ -15,6 +15,8 @@ from fedsim.checks import checked
 from fedsim.errors import ConfigError
 
 EXAMPLE = ("model.name=causal_lm",)  # an adapter model (every client at the model's rank)
+# the adapter it acts on (lightning_modules/adapters.py): a plain LoRA adapter
+ADAPTER = "lora"
 HETLORA_AGGREGATIONS = ("sparsity", "n")
 
 

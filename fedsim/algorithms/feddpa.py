@@ -5,10 +5,12 @@ Yang et al., "Dual-Personalizing Adapter for Federated Foundation Models", NeurI
 official code github.com/Lydia-yang/FedDPA (``main.py --local_model True``, FedDPA-T;
 ``GlobalModel_generated.py --auto True`` for inference). Rules: docs/algorithms.md, "feddpa".
 
-The model is ``causal_lm`` with ``personal_adapter: true`` (``lightning_modules/dual_adapter.py``):
-its flat vector holds the global adapter (peft's ``default``), the personal adapter and the
-combination's entries ``dual.mix`` = (g, p, w) and ``dual.reference`` = m, which this
-algorithm writes into every model it hands the worker. Each round a sampled client
+The model is an adapted one (``causal_lm``, ``sequence_classifier``) built with the
+``personal`` adapter variant this algorithm declares (``lightning_modules/dual_adapter.py``),
+and declares which entries are which (``FederationInfo.adapters``): its flat vector holds the
+global adapter (peft's ``default``), the personal adapter and the combination's entries
+``dual.mix`` = (g, p, w) and ``dual.reference`` = m, which this algorithm writes into every model it
+hands the worker. Each round a sampled client
 1. trains the received global adapter alone (g, p, w = 1, 0, 0; the personal adapter frozen),
    the worker's main pass, and uploads it: the server averages it with weights n_i (FedAvg);
 2. from round 1 on, trains its personal adapter for ``personal_epochs`` with the received
@@ -46,18 +48,13 @@ from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
 from fedsim.streams import NEWCOMER_FINETUNE_KEY
-from lightning_modules.dual_adapter import GLOBAL, MIX, PERSONAL, REFERENCE, DualAdapter
+from lightning_modules.dual_adapter import DualAdapter
 from lightning_modules.flat_params import flat_ranges, gather, scatter
 from lightning_modules.hooks import ClientTerms
 
 PERSONAL_KEY = 41  # probe keys (fedsim.streams): the personal pass, the reference draw
 REFERENCE_KEY = 43
 GLOBAL_ALONE = (1.0, 0.0, 0.0)
-
-
-def adapter_names(names: list[str], adapter: str) -> list[str]:
-    """The LoRA matrices of ``adapter`` among ``names`` (peft: ``...lora_A.<adapter>.weight``)."""
-    return [n for n in names if (".lora_A." in n or ".lora_B." in n) and f".{adapter}." in n]
 
 
 class _Embeddings(ClientTerms):
@@ -95,23 +92,26 @@ class FedDPA(SharedPart):
     def __init__(self, params: FedDPAParams, federation: FederationInfo):
         layout = federation.layout
         names = [e.name for e in layout.entries]
-        require_lora(layout, "feddpa")
-        if MIX not in layout.by_name or not adapter_names(names, PERSONAL):
+        modules = require_lora(federation, "feddpa")
+        parts = federation.adapters
+        if parts.mix is None or parts.reference is None or any(
+                m.personal_a is None or m.personal_b is None for m in modules):  # fmt: skip
             raise ConfigError(
-                "model.args.personal_adapter", False, "FedDPA needs a personal adapter beside "
-                "the global one: set model.args.personal_adapter=true",
+                "model.name", parts.variant, "FedDPA needs a personal adapter beside the "
+                "global one, and the model declares none: build it with the personal adapter "
+                "variant (causal_lm and sequence_classifier do, as this algorithm asks)",
             )  # fmt: skip
-        self.global_names = adapter_names(names, GLOBAL)
+        self.global_names = [n for m in modules for n in (m.a, m.b)]
         super().__init__(params, federation)
-        personal = adapter_names(names, PERSONAL)
+        personal = [n for m in modules for n in (m.personal_a, m.personal_b)]
         self.adapter_ranges = flat_ranges(layout, personal)
         # (start, stop), not slices: a checkpoint holds plain values only
-        self.mix_at = flat_ranges(layout, [MIX])[0]
-        self.reference_at = flat_ranges(layout, [REFERENCE])[0]
-        control = [MIX, REFERENCE]
+        self.mix_at = flat_ranges(layout, [parts.mix])[0]
+        self.reference_at = flat_ranges(layout, [parts.reference])[0]
+        control = [parts.mix, parts.reference]
         self.frozen_global_pass = personal + control  # the main pass trains the global adapter
         self.frozen_personal_pass = self.global_names + control
-        self.all_but_reference = [n for n in names if n != REFERENCE]
+        self.all_but_reference = [n for n in names if n != parts.reference]
 
     def shared_names(self) -> list[str]:
         return self.global_names

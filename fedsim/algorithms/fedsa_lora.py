@@ -24,7 +24,7 @@ import torch
 
 from fedsim.algorithm_params.fedsa_lora import Params as FedSALoRAParams
 from fedsim.algorithms.base import ClientInfo, FederationInfo, NewcomerRule
-from fedsim.algorithms.lora_parts import b_names, refuse_residuals, require_lora
+from fedsim.algorithms.lora_parts import b_names, require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 
@@ -45,8 +45,7 @@ class FedSALoRA(SharedPart):
     has_global_model: ClassVar[bool] = False  # the server's B never trains
 
     def __init__(self, params: FedSALoRAParams, federation: FederationInfo):
-        self.modules = require_lora(federation.layout, self.name)
-        refuse_residuals(self.modules, self.name)
+        self.modules = require_lora(federation, self.name)
         super().__init__(params, federation)
 
     def shared_names(self) -> list[str]:

@@ -76,7 +76,7 @@ class HetLoRA(Algorithm):
     def __init__(self, params: HetLoRAParams, federation: FederationInfo):
         super().__init__(params, federation)
         layout = federation.layout
-        self.pairs = [(m.a, m.b) for m in require_lora(layout, "hetlora")]  # (A, B) per module
+        self.pairs = [(m.a, m.b) for m in require_lora(federation, "hetlora")]  # (A, B) per module
         self.max_rank = layout.by_name[self.pairs[0][0]].shape[0]
         self.client_rank = [self._rank_of(c) for c in range(federation.num_clients)]
         self.indices: dict[int, torch.Tensor] = {}  # rank -> its entries of the flat vector
