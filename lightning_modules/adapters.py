@@ -8,7 +8,9 @@ peft's ``LoraVariant`` adds DoRA to a layer without a flag on the model:
 - ``residual``: a dense residual per adapted module beside A and B, FedEx-LoRA's fold
   (``lora_residual.py``);
 - ``personal``: a second adapter beside the first, mixed per instance, FedDPA's
-  (``dual_adapter.py``).
+  (``dual_adapter.py``);
+- ``scaled``: one factor on every adapter product, with which HetLoRA runs a rank-r client at
+  alpha / r (``lora_scale.py``).
 
 fedsim passes the variant to the model (``adapter_variant``); ``build_adapter`` applies it to
 any base. The model then *declares* its adapter (``adapter_parts``): per adapted module the
@@ -31,9 +33,13 @@ from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES
 from lightning_modules.dual_adapter import GLOBAL, PERSONAL, add_personal_adapter
 from lightning_modules.lora_residual import RESIDUAL, add_residuals
+from lightning_modules.lora_scale import add_rank_scale
 
 SOURCE_KEY = "model.args.source"
-VARIANTS = ("lora", "residual", "personal")
+VARIANTS = ("lora", "residual", "personal", "scaled")
+# the modules a variant adds beside the peft model, by the attribute the model holds them as
+# (their entries' names: dual.mix, dual.reference, rank_scale.factor)
+DUAL, RANK_SCALE = "dual", "rank_scale"
 # model.args keys that once asked a model for an algorithm's variant: the algorithm declares it
 RETIRED_ARGS = {"residual": "fedex_lora", "personal_adapter": "feddpa"}
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -63,13 +69,15 @@ class LoraModule:
 
 @dataclass(frozen=True)
 class AdapterParts:
-    """What an adapted model declares: its variant, its adapted modules in order, and the
-    personal variant's mixing entries (``dual_adapter.py``: ``mix`` (g, p, w), ``reference``)."""
+    """What an adapted model declares: its variant, its adapted modules in order, the personal
+    variant's mixing entries (``dual_adapter.py``: ``mix`` (g, p, w, f), ``reference``) and
+    the scaled variant's factor (``lora_scale.py``)."""
 
     variant: str
     modules: tuple[LoraModule, ...]
     mix: str | None = None
     reference: str | None = None
+    scale: str | None = None
 
 
 def check_lora(rank: Any, alpha: Any, dropout: Any, targets: Any, dtype: str) -> LoraSpec:
@@ -131,9 +139,10 @@ def checkpoint_activations(model: Any) -> None:
 
 def build_adapter(
     model: nn.Module, lora: LoraSpec, variant: str, hidden_size: int, checkpointing: bool = False
-) -> tuple[nn.Module, nn.Module | None]:
+) -> tuple[nn.Module, dict[str, nn.Module]]:
     """peft's LoRA (``lora``) on ``model`` (an ``adapter_ready`` copy of a frozen base) with
-    ``variant`` applied: (the peft model, the personal variant's ``DualAdapter`` or None).
+    ``variant`` applied: (the peft model, the modules the variant adds by the attribute the
+    model holds them as: ``dual`` (personal), ``rank_scale`` (scaled)).
     The adapters are drawn in this order from the random stream: the first, then (personal)
     the second, so a variant leaves the first adapter's initial bits as they are."""
     import peft
@@ -141,14 +150,16 @@ def build_adapter(
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                              target_modules=lora.targets, bias="none")  # fmt: skip
     adapted = peft.get_peft_model(model, config)
-    dual = None
+    extras: dict[str, nn.Module] = {}
     if variant == "residual":  # FedEx-LoRA's fold, beside the shared frozen weights
         add_residuals(adapted)
     elif variant == "personal":  # a second adapter beside the first
-        dual = add_personal_adapter(adapted, config, hidden_size)
+        extras[DUAL] = add_personal_adapter(adapted, config, hidden_size)
+    elif variant == "scaled":  # one factor on every product
+        extras[RANK_SCALE] = add_rank_scale(adapted)
     if checkpointing:
         checkpoint_activations(adapted)
-    return adapted, dual
+    return adapted, extras
 
 
 def adapter_blocks(named: Iterable[tuple[str, nn.Parameter]], prefix: str = "") -> list[str]:
@@ -162,7 +173,7 @@ def adapter_blocks(named: Iterable[tuple[str, nn.Parameter]], prefix: str = "") 
     return list(found)
 
 
-def adapter_parts(model: nn.Module, variant: str, dual: nn.Module | None) -> AdapterParts:
+def adapter_parts(model: nn.Module, variant: str, extras: dict[str, nn.Module]) -> AdapterParts:
     """What ``model`` (an ``FLModule`` holding a peft adapter) declares: each LoRA layer's
     matrices by their names in ``model``, found by identity from peft's layer objects."""
     names = {id(p): n for n, p in model.named_parameters()}
@@ -182,10 +193,12 @@ def adapter_parts(model: nn.Module, variant: str, dual: nn.Module | None) -> Ada
             name_of(lora_a[PERSONAL].weight) if second else None,
             name_of(lora_b[PERSONAL].weight) if second else None,
         ))  # fmt: skip
-    mix = reference = None
-    if dual is not None:
-        mix, reference = name_of(dual.mix), name_of(dual.reference)
-    return AdapterParts(variant, tuple(modules), mix, reference)
+    mix = reference = scale = None
+    if DUAL in extras:
+        mix, reference = name_of(extras[DUAL].mix), name_of(extras[DUAL].reference)
+    if RANK_SCALE in extras:
+        scale = name_of(extras[RANK_SCALE].factor)
+    return AdapterParts(variant, tuple(modules), mix, reference, scale)
 
 
 def variant_forward(dual: nn.Module | None, x: torch.Tensor) -> Any:

@@ -83,16 +83,19 @@ class CausalLM(FLModule):
             )  # fmt: skip
         check_length(base, seq_len, source)
         check_targets(base, lora.targets, source)
-        self.lm, self.dual = build_adapter(
+        self.lm, self.extras = build_adapter(
             adapter_ready(shared_copy(base), lora.targets), lora, self.variant,
             int(base.config.hidden_size), gradient_checkpointing,
         )  # fmt: skip
+        for name, module in self.extras.items():  # their entries: dual.mix, rank_scale.factor
+            self.add_module(name, module)
+        self.dual = self.extras.get("dual")  # the personal variant's per-instance scales
         self.source, self.num_classes = source, vocab
         self.block_names = tuple(adapter_blocks(self.named_parameters()))
 
     def adapter_parts(self) -> AdapterParts:
         """Which entries of the flat vector are which adapter matrices (``adapters.py``)."""
-        return adapter_parts(self, self.variant, self.dual)
+        return adapter_parts(self, self.variant, self.extras)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T), -1 for padding -> next-token logits (B, vocab, T)."""

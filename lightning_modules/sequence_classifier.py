@@ -86,17 +86,20 @@ class SequenceClassifier(FLModule):
             )
         check_length(base, seq_len, source)
         check_targets(base, lora.targets, source)
-        self.body, self.dual = build_adapter(
+        self.body, self.extras = build_adapter(
             adapter_ready(shared_copy(base).base_model, lora.targets), lora, self.variant,
             int(base.config.hidden_size), gradient_checkpointing,
         )  # fmt: skip
+        for name, module in self.extras.items():  # their entries: dual.mix, rank_scale.factor
+            self.add_module(name, module)
+        self.dual = self.extras.get("dual")  # the personal variant's per-instance scales
         self.head = torch.nn.Linear(int(base.config.hidden_size), num_classes)
         self.source, self.num_classes = source, num_classes
         self.block_names = (*adapter_blocks(self.body.named_parameters(), "body."), HEAD)
 
     def adapter_parts(self) -> AdapterParts:
         """Which entries of the flat vector are which adapter matrices (``adapters.py``)."""
-        return adapter_parts(self, self.variant, self.dual)
+        return adapter_parts(self, self.variant, self.extras)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T), -1 for padding (on the right) -> class logits (B, classes)."""

@@ -92,10 +92,13 @@ def config(tiny: str, root, *overrides: str):
     ])  # fmt: skip
 
 
-def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
+@pytest.mark.parametrize(("fraction", "last"), [(1.0, [4, 2]), (0.5, [1, 0])])
+def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny, fraction, last):
     """Instance i's output is that of one LoRA of rank 2r made of both adapters, its global
     half scaled by alpha_i = w <e_i/|e_i|, m> and its personal half by 1 - alpha_i, e_i the
-    last real token's last hidden state under the personal adapter alone."""
+    last hidden state under the personal adapter alone at the last token of the instance's
+    prefix of floor(f L_i) tokens (f = 1: the last real token; 0.5: the first half, the
+    official code's prompt-only weight)."""
     from lightning_modules.causal_lm import CausalLM
     from lightning_modules.dual_adapter import MIX, REFERENCE
     from lightning_modules.flat_params import bind_flat_parameters
@@ -106,7 +109,7 @@ def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
     with torch.no_grad():
         flat.normal_(0, 0.3)
         w, m = 0.5, torch.nn.functional.normalize(torch.randn(32), dim=0)
-        layout.view(flat, MIX).copy_(torch.tensor([0.0, 1.0, w]))
+        layout.view(flat, MIX).copy_(torch.tensor([0.0, 1.0, w, fraction]))
         layout.view(flat, REFERENCE).copy_(m)
     x = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, -1, -1]])
     with torch.no_grad():
@@ -125,7 +128,7 @@ def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
     with torch.no_grad():
         hidden = personal_only.lm(input_ids=x.clamp(min=0), attention_mask=(x >= 0).long(),
                                   output_hidden_states=True).hidden_states[-1]  # fmt: skip
-    last = torch.tensor([4, 2])
+    last = torch.tensor(last)  # of 5 and 3 real tokens
     unit = torch.nn.functional.normalize(hidden[torch.arange(2), last], dim=-1)
     alphas = w * (unit @ m)
     assert not torch.allclose(alphas[0], alphas[1])  # two different weights in one batch

@@ -67,10 +67,13 @@ def trained_models(total: int, start: torch.Tensor, fed: Any) -> list[torch.Tens
     return models
 
 
-def test_fedsa_lora_averages_a_and_keeps_each_clients_b():
+@pytest.mark.parametrize("local_head", [True, False])
+def test_fedsa_lora_averages_a_and_keeps_each_clients_b(local_head):
+    """A averaged (n_i), B kept; the head kept with B (official: local_param [lora_B,
+    classifier]) or, with local_head false, averaged as A is."""
     fed = lora_federation()
     cls = ALGORITHMS["fedsa_lora"]
-    algo = cls(cls.Params(), fed)
+    algo = cls(cls.Params(local_head=local_head), fed)
     initial = torch.randn(fed.layout.total, generator=torch.Generator().manual_seed(0))
     state = algo.init_state(initial)
     models = trained_models(fed.layout.total, initial, fed)
@@ -86,10 +89,16 @@ def test_fedsa_lora_averages_a_and_keeps_each_clients_b():
         assert torch.equal(part(plan.train_params, fed, module, A),
                            part(new["params"], fed, module, A))  # fmt: skip
         assert torch.equal(part(plan.train_params, fed, module, B), part(models[1], fed, module, B))
-    assert head_is_averaged(new, models, fed)
-    a_bytes = 4 * (2 * 3 + 2 * 3 + 2)  # A and the head
+    head = fed.layout.slice_of(HEAD)
+    if local_head:  # the server's head stays the initial one; the client trains from its own
+        assert torch.equal(new["params"][head], initial[head])
+        assert torch.equal(plan.train_params[head], models[1][head])
+    else:
+        assert head_is_averaged(new, models, fed)
+    head_size = 0 if local_head else 2
+    a_bytes = 4 * (2 * 3 + 2 * 3 + head_size)  # A (and the head)
     assert algo.upload_nbytes(updates[0]) == a_bytes
-    assert updates[0].state["personal"].numel() == 4 * 2 + 2 * 2  # B
+    assert updates[0].state["personal"].numel() == 4 * 2 + 2 * 2 + 2 - head_size  # B (+ head)
     broadcast = algo.broadcast(new)
     assert algo.download_nbytes(broadcast, {}, None) == 4 * fed.layout.total  # first round
     assert algo.download_nbytes(broadcast, {}, updates[0].state) == a_bytes

@@ -238,7 +238,7 @@ def test_the_declared_variant_is_built_on_any_adapted_base(tiny):
     from lightning_modules.registry import build_model
 
     for name, extra in (("causal_lm", {}), ("sequence_classifier", {"num_classes": 3})):
-        for variant in ("residual", "personal"):
+        for variant in ("residual", "personal", "scaled"):
             module = build_model(name, {"source": tiny, "rank": RANK}, adapter_variant=variant,
                                  **extra)  # fmt: skip
             parts, layout = module.adapter_parts(), ParamLayout.from_module(module)
@@ -248,15 +248,19 @@ def test_the_declared_variant_is_built_on_any_adapted_base(tiny):
                 if variant == "residual":
                     assert layout.by_name[m.residual].shape == (b[0], a[1])
                     assert m.personal_a is None
-                else:
+                elif variant == "personal":
                     assert layout.by_name[m.personal_a].shape == a
                     assert layout.by_name[m.personal_b].shape == b and m.residual is None
-            assert (parts.mix is None) == (variant == "residual")
+                else:
+                    assert m.residual is None and m.personal_a is None
+            assert (parts.mix is not None) == (variant == "personal")
+            assert (parts.scale is not None) == (variant == "scaled")
             declared = {n for m in parts.modules for n in (m.a, m.b, m.residual, m.personal_a,
                                                            m.personal_b) if n}  # fmt: skip
             rest = {e.name for e in layout.entries} - declared
             assert rest == ({"head.weight", "head.bias"} if name != "causal_lm" else set()) | (
-                {parts.mix, parts.reference} if variant == "personal" else set())
+                {parts.mix, parts.reference} if variant == "personal" else set()) | (
+                {parts.scale} if variant == "scaled" else set())
 
 
 # the adapter contract covers every method that declares an adapter (ADAPTER in its params

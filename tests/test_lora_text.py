@@ -199,6 +199,7 @@ def test_the_driver_builds_its_template_without_the_base_to_the_same_bits(
     ("sequence_classifier", {"num_classes": 3}),
     ("causal_lm", {"adapter_variant": "residual"}), ("causal_lm", {"adapter_variant": "personal"}),
     ("sequence_classifier", {"num_classes": 3, "adapter_variant": "personal"}),
+    ("causal_lm", {"adapter_variant": "scaled"}),
 ])  # fmt: skip
 def test_a_template_without_weights_holds_the_same_initial_adapter_bits(name, args, tiny):
     """``weights=False`` (the driver's template, passed as an argument) gives the initial

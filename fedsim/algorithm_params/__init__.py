@@ -64,14 +64,14 @@ def example(name: str) -> list[str]:
     return list(getattr(source, "EXAMPLE", ()))
 
 
-ADAPTERS = ("lora", "residual", "personal")  # lightning_modules/adapters.py's variants
+ADAPTERS = ("lora", "residual", "personal", "scaled")  # lightning_modules/adapters.py's variants
 
 
 def adapter(name: str) -> str | None:
     """The adapter variant ``name`` declares as ``ADAPTER`` in its params module (a plug-in
     class: its ``ADAPTER`` attribute): None (any model), ``lora`` (acts on a LoRA adapter's
-    A and B), ``residual`` or ``personal`` (that variant of the adapter, which fedsim asks the
-    model to build: ``lightning_modules/adapters.py``)."""
+    A and B), ``residual``, ``personal`` or ``scaled`` (that variant of the adapter, which
+    fedsim asks the model to build: ``lightning_modules/adapters.py``)."""
     source = MODULES.get(name) or CLASSES.get(name)
     if source is None and is_import_path(name):
         source = import_object("algorithm.name", name, "module:Class naming an algorithm")

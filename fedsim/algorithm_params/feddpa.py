@@ -14,6 +14,7 @@ from fedsim.checks import checked
 
 # the smallest runnable example: an adapter model with its second (personal) adapter
 EXAMPLE = ("model.name=causal_lm",)
+FEDDPA_WEIGHTINGS = ("uniform", "samples")
 # the adapter variant it needs: a second (personal) adapter beside the first, which fedsim
 # asks the model to build (lightning_modules/adapters.py)
 ADAPTER = "personal"
@@ -36,6 +37,18 @@ class FedDPAParams(AlgorithmParams):
     personal_epochs: int = checked(  # epochs of the personal adapter's pass each round
         1, is_positive_count, "must be an integer >= 1"
     )
+    # how the server weights the global adapters: uniform (the official code; its n-weighted
+    # line is commented out) | samples (n_i, FedAvg's)
+    weighting: str = checked(
+        "uniform", lambda v: v in FEDDPA_WEIGHTINGS, f"allowed: {', '.join(FEDDPA_WEIGHTINGS)}"
+    )
+    # the share of an instance's tokens (a prefix) its mixing weight is computed from: 0.5 the
+    # first half of a next-token window (the official code: the prompt only); 1.0 the whole
+    # window, the tokens it then scores included (fedsim's earlier choice)
+    prompt_fraction: float = checked(0.5, lambda v: 0 < v <= 1, "must be in (0, 1]")
+    # a client that skipped the previous round starts its personal pass from the initial
+    # personal adapter (the official code resets it); false: from the one it kept
+    reset_after_skip: bool = True
 
 
 Params = FedDPAParams
