@@ -214,3 +214,19 @@ def test_a_template_without_weights_holds_the_same_initial_adapter_bits(name, ar
         flats.append(flatten_module(module))
         assert any(p.is_meta for p in module.parameters()) is not weights
     assert torch.equal(flats[0], flats[1])
+
+
+def test_what_fedsim_sets_is_refused_in_model_args_and_a_variant_needs_an_adapted_model(tiny):
+    """``adapter_variant`` (the algorithm's declaration) and ``weights`` (the driver's
+    template) come from fedsim, never model.args; a model without adapters asked for a
+    variant is refused naming the models that build one."""
+    from lightning_modules.registry import build_model
+
+    for key, value in (("adapter_variant", "personal"), ("weights", False)):
+        with pytest.raises(ConfigError, match="fedsim sets it") as err:
+            build_model("causal_lm", {"source": tiny, key: value})
+        assert err.value.key == f"model.args.{key}" and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
+        build_model("mlp", {}, in_channels=1, num_classes=2, image_size=4,
+                    adapter_variant="residual")  # fmt: skip
+    assert err.value.key == "model.name" and "\n" not in str(err.value)
