@@ -8,7 +8,8 @@ worker in one process, and by every client a worker serves. Both the model layer
 (``lightning_modules/causal_lm.py``) and the data layer (``fedsim/data/lm_text.py``) read
 sources through here, so a tokenizer and its model always resolve alike.
 
-The driver evaluates nothing (its workers do), so it builds its template ``without_weights``:
+The driver evaluates nothing (its workers do), so it builds its template without weights
+(``load_frozen_base(..., weights=False)``, which the model's ``weights`` argument passes):
 the model's structure from its config on PyTorch's meta device (no weight read or held), the
 adapter on the CPU from the same random stream as over the real weights, so the initial
 adapter is the same to the bit (``adapter_ready``).
@@ -16,10 +17,8 @@ adapter is the same to the bit (``adapter_ready``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,25 +147,12 @@ def load_tokenizer(key: str, source: str) -> Any:
         ) from None
 
 
-_structure_only: list[bool] = []  # inside ``without_weights``
-
-
-@contextlib.contextmanager
-def without_weights() -> Iterator[None]:
-    """Inside, ``load_frozen_base`` gives the model's structure without its weights (on the
-    meta device): what a template that never runs the model needs (the driver's)."""
-    _structure_only.append(True)
-    try:
-        yield
-    finally:
-        _structure_only.pop()
-
-
-def load_frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
+def load_frozen_base(key: str, source: str, dtype: str = "float32", weights: bool = True) -> Any:
     """The pretrained causal LM of ``source``, frozen and in eval mode, once per process:
-    every module built on it shares its weights (``shared_copy``). Inside
-    ``without_weights``: its structure alone, its tensors on the meta device."""
-    if _structure_only:
+    every module built on it shares its weights (``shared_copy``). ``weights=False``: its
+    structure alone, its tensors on the meta device (a template that never runs the model:
+    the driver's)."""
+    if not weights:
         return _frozen_structure(key, source, dtype)
     return _frozen_base(key, source, dtype)
 
@@ -213,7 +199,7 @@ def adapter_ready(model: Any, targets: list[str]) -> Any:
 
 
 def is_without_weights(module: Any) -> bool:
-    """Whether ``module`` was built ``without_weights`` (some of its tensors are meta)."""
+    """Whether ``module`` was built without weights (some of its tensors are meta)."""
     return any(p.is_meta for p in module.parameters())
 
 

@@ -133,13 +133,18 @@ class ModelBuild:
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, data_kwargs: dict[str, Any]) -> ModelBuild:
         """``data_kwargs``: the dataset's shapes (``Dataset.model_kwargs``). A module with
-        its own ``configure_optimizers`` gets no optimizer settings: it owns its optimizer."""
+        its own ``configure_optimizers`` gets no optimizer settings: it owns its optimizer.
+        An algorithm that declares an adapter variant beyond plain LoRA (``ADAPTER``:
+        residual, personal) has the model build it (``adapter_variant``)."""
+        from fedsim.algorithm_params import adapter
         from lightning_modules.registry import model_class, owns_optimizers
 
         optimizer = OptimizerSettings.from_config(cfg)
         own = owns_optimizers(model_class(cfg.model.name))
         hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
-        kwargs = {**data_kwargs, **optimizer.constructor_kwargs(own), **hidden}
+        variant = adapter(cfg.algorithm.name)
+        asks = {"adapter_variant": variant} if variant not in (None, "lora") else {}
+        kwargs = {**data_kwargs, **optimizer.constructor_kwargs(own), **hidden, **asks}
         return cls(cfg.model.name, dict(cfg.model.args), kwargs, optimizer)
 
 

@@ -26,7 +26,7 @@ from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
-from fedsim.pretrained import is_without_weights, without_weights
+from fedsim.pretrained import is_without_weights
 from fedsim.rounds.clock_build import trace_mapping
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.evaluation import check_evaluation
@@ -72,6 +72,7 @@ def federation_info(
         batch_size=batch_size,
         buffer_names=[n for n, b in module.named_buffers() if b.is_floating_point()],
         batchnorm_names=batchnorm_names(module),
+        adapters=module.adapter_parts() if hasattr(module, "adapter_parts") else None,
     )
 
 
@@ -99,6 +100,8 @@ def runs_on_cuda(cfg: ExperimentConfig) -> bool:
 class Simulation:
     """One experiment: everything that can fail on bad input is built in ``__init__``."""
 
+    template_weights = False  # the driver's template: a pretrained base's structure only
+
     def __init__(self, cfg: ExperimentConfig, data: FederatedData | None = None):
         self.cfg = cfg
         self.data = data if data is not None else build_data(cfg)
@@ -115,8 +118,10 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         # how every copy of the model is built, resolved once (the run plan carries it)
         model = ModelBuild.from_config(cfg, self.data.dataset.model_kwargs())
-        with without_weights():  # the driver runs no model: a pretrained base's structure
-            template = build_client_model(model.name, model.args, model.kwargs, model.optimizer)
+        # the driver runs no model: a pretrained base's structure only (weights=False)
+        template = build_client_model(
+            model.name, model.args, model.kwargs, model.optimizer, weights=self.template_weights
+        )
         sample = sample_batch(self.data)
         # one forward: the model fits the data (one line if not); lazy layers materialize. A
         # module over a pretrained base without its weights checked its shapes as it was

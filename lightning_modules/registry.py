@@ -61,6 +61,10 @@ def model_class(name: str) -> type[FLModule]:
 
 # the data's shapes, which fedsim passes to a constructor that names them (model.args may not)
 FROM_DATA = ("in_channels", "num_classes", "image_size", "vocab_size", "seq_len")
+# what fedsim sets itself, never model.args: the adapter variant the algorithm declares
+# (lightning_modules/adapters.py), and weights=False for the driver's template (a model that
+# does not take ``weights`` is built whole)
+FROM_FEDSIM = ("adapter_variant", "weights")
 
 
 def owns_optimizers(cls: type) -> bool:
@@ -98,6 +102,15 @@ def build_model(name: str, args: dict[str, Any] | None = None, **kwargs: Any) ->
             "as mlp, does); leave it null",
         )
     _check_args(cls, args, kwargs, params, takes_any)
+    if "weights" in kwargs and "weights" not in params and not takes_any:
+        kwargs = {k: v for k, v in kwargs.items() if k != "weights"}
+    variant = kwargs.get("adapter_variant")
+    if variant is not None and "adapter_variant" not in params and not takes_any:
+        raise ConfigError(
+            "model.name", name, f"{cls.__name__} takes no adapter_variant, and the algorithm "
+            f"asks for the {variant!r} adapter variant: set model.name=causal_lm (or "
+            "sequence_classifier)",
+        )  # fmt: skip
     if issubclass(cls, FLModule) and not takes_any:
         missing = [k for k in kwargs if k not in params]
         if missing:
@@ -132,7 +145,18 @@ def _check_args(
 
     named = [n for n in list(params)[1:] if params[n].kind not in (
         params[n].VAR_POSITIONAL, params[n].VAR_KEYWORD)]  # fmt: skip
+    retired = getattr(cls, "retired_args", {})
     for key, value in args.items():
+        if key in retired:
+            raise ConfigError(
+                f"model.args.{key}", value, f"is gone: algorithm.name={retired[key]} declares "
+                "the adapter variant it needs and fedsim builds it; remove the key",
+            )  # fmt: skip
+        if key in FROM_FEDSIM:
+            raise ConfigError(
+                f"model.args.{key}", value, "fedsim sets it (from algorithm.name, or for the "
+                "driver's template); remove it from model.args",
+            )  # fmt: skip
         if key in FROM_DATA:
             raise ConfigError(
                 f"model.args.{key}", value, "fedsim passes it from the data (data.name); "

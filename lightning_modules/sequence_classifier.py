@@ -8,7 +8,8 @@ tokens are padded on the right, -1; ``fedsim/data/hf_text.py``), as transformers
 ``*ForSequenceClassification`` models do, and a ``Linear`` head maps it to the classes of
 ``data.label_column``. The flat vector (``frozen_base``) is the adapter, then the head; the
 blocks are the transformer layers that hold adapter weights, bottom to top, then the head,
-so FedPer's top block and FedRep's head are the classifier.
+so FedPer's top block and FedRep's head are the classifier. The adapter and the variant an
+algorithm asks for are built by ``adapters.py``, as ``causal_lm``'s are.
 """
 
 from __future__ import annotations
@@ -19,24 +20,31 @@ import torch
 
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, adapter_ready, load_frozen_base, shared_copy
-from lightning_modules.base import FLModule
-from lightning_modules.causal_lm import (
-    _LAYER,
+from lightning_modules.adapters import (
+    RETIRED_ARGS,
     SOURCE_KEY,
-    _check,
-    _check_targets,
+    AdapterParts,
+    adapter_blocks,
+    adapter_parts,
+    build_adapter,
     check_length,
-    checkpoint_activations,
+    check_lora,
+    check_targets,
+    check_variant,
+    variant_forward,
 )
+from lightning_modules.base import FLModule
 
 HEAD = "head"
 
 
 class SequenceClassifier(FLModule):
     """``source``'s frozen body with LoRA on ``targets`` (rank, alpha, dropout) and a head of
-    ``num_classes`` outputs; ``dtype``, ``gradient_checkpointing`` as for ``causal_lm``."""
+    ``num_classes`` outputs; ``dtype``, ``gradient_checkpointing``, ``adapter_variant`` and
+    ``weights`` as for ``causal_lm``."""
 
     frozen_base = True  # flat_params: only the adapter and the head travel
+    retired_args = RETIRED_ARGS  # model.args keys an algorithm's declaration replaced
 
     def __init__(
         self,
@@ -50,15 +58,16 @@ class SequenceClassifier(FLModule):
         targets: Any = ("q_proj", "v_proj"),
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
+        adapter_variant: str | None = None,
+        weights: bool = True,
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
     ):
         super().__init__(lr=lr, momentum=momentum, weight_decay=weight_decay)
-        import peft
-
-        targets = _check(rank, alpha, dropout, targets, dtype)
-        base = load_frozen_base(SOURCE_KEY, source, dtype)
+        lora = check_lora(rank, alpha, dropout, targets, dtype)
+        self.variant = check_variant(adapter_variant)
+        base = load_frozen_base(SOURCE_KEY, source, dtype, weights=weights)
         vocab = int(base.config.vocab_size)
         if vocab_size and vocab_size > vocab:
             raise ConfigError(
@@ -76,31 +85,28 @@ class SequenceClassifier(FLModule):
                 "data.label_column", num_classes, "a classifier needs labels of >= 2 classes"
             )
         check_length(base, seq_len, source)
-        _check_targets(base, targets, source)
-        config = peft.LoraConfig(
-            r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
-        )
-        body = adapter_ready(shared_copy(base).base_model, targets)
-        self.body = peft.get_peft_model(body, config)
-        if gradient_checkpointing:
-            checkpoint_activations(self.body)
+        check_targets(base, lora.targets, source)
+        self.body, self.extras = build_adapter(
+            adapter_ready(shared_copy(base).base_model, lora.targets), lora, self.variant,
+            int(base.config.hidden_size), gradient_checkpointing,
+        )  # fmt: skip
+        for name, module in self.extras.items():  # their entries: dual.mix, rank_scale.factor
+            self.add_module(name, module)
+        self.dual = self.extras.get("dual")  # the personal variant's per-instance scales
         self.head = torch.nn.Linear(int(base.config.hidden_size), num_classes)
         self.source, self.num_classes = source, num_classes
-        self.block_names = self._blocks()
+        self.block_names = (*adapter_blocks(self.body.named_parameters(), "body."), HEAD)
 
-    def _blocks(self) -> tuple[str, ...]:
-        """The layers holding adapter weights, bottom to top, then the head."""
-        found: dict[str, None] = {}
-        for name, p in self.body.named_parameters():
-            if p.requires_grad:
-                layer = _LAYER.match(name)
-                found[f"body.{layer.group(1) if layer else name.split('.lora_')[0]}"] = None
-        return (*found, HEAD)
+    def adapter_parts(self) -> AdapterParts:
+        """Which entries of the flat vector are which adapter matrices (``adapters.py``)."""
+        return adapter_parts(self, self.variant, self.extras)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 tokens (B, T), -1 for padding (on the right) -> class logits (B, classes)."""
         mask = x >= 0
-        out = self.body(input_ids=x.clamp(min=0), attention_mask=mask.long(), use_cache=False)
+        with variant_forward(self.dual, x):  # the personal variant: per-instance scales
+            out = self.body(input_ids=x.clamp(min=0), attention_mask=mask.long(),
+                            use_cache=False)  # fmt: skip
         hidden = out.last_hidden_state
         last = (mask.sum(1) - 1).clamp(min=0)
         pooled = hidden[torch.arange(len(x), device=x.device), last]

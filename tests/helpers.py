@@ -144,12 +144,14 @@ def federation(
     head: list[str] | None = None,
     blocks: dict[str, list[str]] | None = None,
     client_train_indices: list[np.ndarray] | None = None,
+    adapters: Any = None,
 ) -> FederationInfo:
     """A hand-made federation: one client per entry of ``sizes`` (its train size).
 
     ``params``: ``(name, shape)`` pairs (see ``layout``) or a layout. ``class_counts``:
     default ``[n, 0]`` per client (2 classes); given alone, ``sizes`` are its row sums.
-    ``head``: default the last tensor; ``blocks``: default one block per tensor."""
+    ``head``: default the last tensor; ``blocks``: default one block per tensor;
+    ``adapters``: what an adapted model declares (``lightning_modules.adapters.AdapterParts``)."""
     grid = params if isinstance(params, ParamLayout) else layout(params)
     names = [e.name for e in grid.entries]
     if class_counts is None:
@@ -167,6 +169,7 @@ def federation(
         block_names=list(blocks),
         block_parameters=dict(blocks),
         client_train_indices=client_train_indices or [],
+        adapters=adapters,
     )
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedsim.algorithm_params import BUILTIN_NAMES, example
+from fedsim.algorithm_params import BUILTIN_NAMES, adapter
 
 HIDDEN, LAYERS, HEADS, KV_HEADS = 32, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
-# built-in algorithms that act on a LoRA adapter's A and B only (their example names the adapter
-# model): the contract and feature-pair tests on MNIST's CNN leave them out, and their own
-# tests run them on this tiny Llama
-ADAPTER_ONLY = tuple(n for n in BUILTIN_NAMES if "model.name=causal_lm" in example(n))
+# built-in algorithms that act on a LoRA adapter (they declare the adapter they need, ADAPTER):
+# the contract and feature-pair tests on MNIST's CNN leave them out, and the adapter contract
+# (test_lora_methods_b_runs.py) runs them on this tiny Llama
+ADAPTER_ONLY = tuple(n for n in BUILTIN_NAMES if adapter(n) is not None)
 TEXT = [
     "To be, or not to be, that is the question:",
     "Whether 'tis nobler in the mind to suffer",

@@ -86,27 +86,30 @@ def config(tiny: str, root, *overrides: str):
         "runtime.executor=local", "data.name=shakespeare-lm", "data.num_clients=3",
         "data.min_samples=8", "data.max_client_samples=40", "data.max_length=16",
         f"data.root={root}", "model.name=causal_lm",
-        f"model.args={{source: {tiny}, rank: {RANK}, personal_adapter: true}}",
+        f"model.args={{source: {tiny}, rank: {RANK}}}",
         "algorithm.name=feddpa", "rounds=3", "client.batch_size=8", "client.optimizer=adam",
         "client.lr=0.01", "join_ratio=1.0", *overrides,
     ])  # fmt: skip
 
 
-def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
+@pytest.mark.parametrize(("fraction", "last"), [(1.0, [4, 2]), (0.5, [1, 0])])
+def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny, fraction, last):
     """Instance i's output is that of one LoRA of rank 2r made of both adapters, its global
     half scaled by alpha_i = w <e_i/|e_i|, m> and its personal half by 1 - alpha_i, e_i the
-    last real token's last hidden state under the personal adapter alone."""
+    last hidden state under the personal adapter alone at the last token of the instance's
+    prefix of floor(f L_i) tokens (f = 1: the last real token; 0.5: the first half, the
+    official code's prompt-only weight)."""
     from lightning_modules.causal_lm import CausalLM
     from lightning_modules.dual_adapter import MIX, REFERENCE
     from lightning_modules.flat_params import bind_flat_parameters
 
     torch.manual_seed(0)
-    dual = CausalLM(source=tiny, rank=RANK, personal_adapter=True).eval()
+    dual = CausalLM(source=tiny, rank=RANK, adapter_variant="personal").eval()
     flat, layout = bind_flat_parameters(dual)
     with torch.no_grad():
         flat.normal_(0, 0.3)
         w, m = 0.5, torch.nn.functional.normalize(torch.randn(32), dim=0)
-        layout.view(flat, MIX).copy_(torch.tensor([0.0, 1.0, w]))
+        layout.view(flat, MIX).copy_(torch.tensor([0.0, 1.0, w, fraction]))
         layout.view(flat, REFERENCE).copy_(m)
     x = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, -1, -1]])
     with torch.no_grad():
@@ -125,7 +128,7 @@ def test_the_mix_of_the_two_adapters_is_the_hand_computed_one(tiny):
     with torch.no_grad():
         hidden = personal_only.lm(input_ids=x.clamp(min=0), attention_mask=(x >= 0).long(),
                                   output_hidden_states=True).hidden_states[-1]  # fmt: skip
-    last = torch.tensor([4, 2])
+    last = torch.tensor(last)  # of 5 and 3 real tokens
     unit = torch.nn.functional.normalize(hidden[torch.arange(2), last], dim=-1)
     alphas = w * (unit @ m)
     assert not torch.allclose(alphas[0], alphas[1])  # two different weights in one batch
@@ -154,7 +157,7 @@ def test_personal_and_global_beat_the_global_adapter_alone_on_each_clients_text(
                  "algorithm.personal_epochs=2")  # fmt: skip
     sim, result = simulate(tiny, cfg)
     algorithm = sim.algorithm
-    module = CausalLM(source=tiny, rank=RANK, personal_adapter=True)
+    module = CausalLM(source=tiny, rank=RANK, adapter_variant="personal")
     flat, _ = bind_flat_parameters(module)
     alone = algorithm.global_params(algorithm.broadcast(result.state))
     gaps = []
@@ -191,13 +194,9 @@ def test_bytes_resume_ray_and_a_newcomer(tiny, tmp_path, ray_pool):
     assert torch.equal(ray.state["params"], straight.state["params"])
 
 
-def test_a_model_without_the_personal_adapter_is_refused_in_one_line(tiny, tmp_path):
+def test_a_model_without_an_adapter_is_refused_in_one_line():
     from fedsim.simulation import Simulation
 
-    cfg = config(tiny, tmp_path / "data", f"model.args={{source: {tiny}, rank: {RANK}}}")
-    with pytest.raises(ConfigError, match="set model.args.personal_adapter=true") as err:
-        Simulation(cfg, voices_data(tiny, cfg))
-    assert err.value.key == "model.args.personal_adapter" and "\n" not in str(err.value)
     cnn = load_config("configs/quickstart.yaml", ["algorithm.name=feddpa", "data.name=mnist-5k"])
     with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
         Simulation(cnn)

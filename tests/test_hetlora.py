@@ -17,6 +17,7 @@ from fedsim.algorithms.base import FederationInfo, WeightedSum
 from fedsim.algorithms.hetlora import HetLoRA
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
+from lightning_modules.adapters import AdapterParts, LoraModule
 from lightning_modules.flat_params import ParamEntry, ParamLayout
 
 pytestmark = pytest.mark.xdist_group("lora")
@@ -35,15 +36,19 @@ def hand_federation() -> FederationInfo:
     """One adapted module: A (3 x 2), B (2 x 3), max rank 3."""
     layout = ParamLayout([ParamEntry("m.lora_A.default.weight", (3, 2), 0, 6),
                           ParamEntry("m.lora_B.default.weight", (2, 3), 6, 6)])  # fmt: skip
+    declared = AdapterParts("lora", (LoraModule("m", "m.lora_A.default.weight",
+                                                "m.lora_B.default.weight"),))  # fmt: skip
     return FederationInfo(layout=layout, num_clients=3, num_classes=1,
                           train_sizes=np.array([10, 20, 30]), class_counts=np.ones((3, 1)),
-                          head_names=[], block_names=[], block_parameters={})  # fmt: skip
+                          head_names=[], block_names=[], block_parameters={},
+                          adapters=declared)  # fmt: skip
 
 
 @pytest.mark.parametrize("aggregation", ["sparsity", "n"])
 def test_zero_padded_aggregation_across_ranks_by_hand(aggregation):
     algorithm = HetLoRA(HetLoRAParams(client_ranks={0: 1, 1: 2, 2: 3}, aggregation=aggregation,
-                                      self_pruning=False), hand_federation())  # fmt: skip
+                                      self_pruning=False, scaling="max_rank"),
+                        hand_federation())  # fmt: skip
     nine = 9.0  # trained entries beyond a client's rank: zeroed before the upload
     trained = {
         0: ([[1, 0], [nine, nine], [nine, nine]], [[2, nine, nine], [0, nine, nine]]),
@@ -90,11 +95,15 @@ def run(tiny: str, tmp_path, *overrides: str):
     return simulate(tiny, config(tiny, tmp_path / "data", *overrides))
 
 
-def test_low_rank_clients_cost_less_and_train_exact_rank_r_adapters(tiny, tmp_path):
+@pytest.mark.parametrize("scaling", ["client_rank", "max_rank"])
+def test_low_rank_clients_cost_less_and_train_exact_rank_r_adapters(scaling, tiny, tmp_path):
+    """A rank-r client's model is a rank-r LoRA at alpha / r (client_rank, the
+    reimplementation) or at the model's alpha / r_max (max_rank); the scale never travels."""
     from lightning_modules.causal_lm import CausalLM
     from lightning_modules.flat_params import bind_flat_parameters
 
-    sim, result = run(tiny, tmp_path, "algorithm.self_pruning=false")
+    sim, result = run(tiny, tmp_path, "algorithm.self_pruning=false",
+                      f"algorithm.scaling={scaling}")  # fmt: skip
     for summary in result.history[:2]:  # ranks 1 + 2 + 4 where FedAvg sends 3 x 4, each way
         assert summary["bytes_up"] == summary["bytes_down"] == 7 * PER_RANK < 12 * PER_RANK
     algorithm, server = sim.algorithm, result.state["params"]
@@ -103,12 +112,14 @@ def test_low_rank_clients_cost_less_and_train_exact_rank_r_adapters(tiny, tmp_pa
         model = algorithm.personalized_params(result.state, result.client_store.get(client),
                                               algorithm.client_info(client, 2))  # fmt: skip
         held = algorithm.rank_index(rank)
-        assert torch.equal(model[held], server[held]) and model.count_nonzero() <= held.numel()
+        assert torch.equal(model[held], server[held])
+        assert model.count_nonzero() <= held.numel() + 1  # and the scale factor
         # the max-rank module with rank r's entries is a rank-r LoRA (same alpha / r scale)
-        full = CausalLM(source=tiny, rank=4).eval()
+        full = CausalLM(source=tiny, rank=4, adapter_variant="scaled").eval()
         flat, layout = bind_flat_parameters(full)
         flat.data.copy_(model)
-        small = CausalLM(source=tiny, rank=rank, alpha=16.0 * rank / 4).eval()
+        alpha = 16.0 if scaling == "client_rank" else 16.0 * rank / 4
+        small = CausalLM(source=tiny, rank=rank, alpha=alpha).eval()
         with torch.no_grad():
             for name, p in small.named_parameters():
                 if ".lora_A." in name:
@@ -122,8 +133,8 @@ def test_low_rank_clients_cost_less_and_train_exact_rank_r_adapters(tiny, tmp_pa
 def test_a_client_prunes_exactly_when_its_tail_shrank():
     """gamma 0.5 at rank 3: the tail is rank 1..3; a client whose tail norm product fell in
     its round keeps floor(0.5 x 3) = 1 rank, one whose tail grew keeps 3."""
-    algorithm = HetLoRA(HetLoRAParams(client_ranks={0: 3}, prune_gamma=0.5, prune_lambda=0.1),
-                        hand_federation())  # fmt: skip
+    algorithm = HetLoRA(HetLoRAParams(client_ranks={0: 3}, prune_gamma=0.5, prune_lambda=0.1,
+                                      scaling="max_rank"), hand_federation())  # fmt: skip
     received = torch.tensor([1, 1, 2, 2, 2, 2, 1, 2, 2, 1, 2, 2], dtype=torch.float32)
     info = algorithm.client_info(0, 1)
     plan = algorithm.client_start({"params": received}, {}, None, info)

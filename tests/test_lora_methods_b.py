@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 import torch
 from helpers import client_info, federation, run_round
+from lora_fixtures import ADAPTER_ONLY
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.errors import ConfigError
+from lightning_modules.adapters import AdapterParts, LoraModule
 
-METHODS = ("fedsa_lora", "ffa_lora", "fedex_lora")
+METHODS = ADAPTER_ONLY  # every method that declares an adapter (ADAPTER)
 A, B, R = "lora_A", "lora_B", "lora_residual"
 
 # ------------------------------------------------------------------ hand computations
@@ -27,13 +29,15 @@ HEAD = "head.weight"  # a trained entry outside the adapter (a classifier's head
 def lora_federation(residual: bool = False, sizes: tuple[int, ...] = (1, 3)):
     """Two adapted modules, q (out 4) and v (out 2), rank 2 over 3 inputs (+ residuals), and
     a head of 2 entries."""
-    params = []
+    params, modules = [], []
     for module, out in (("m.q", 4), ("m.v", 2)):
-        params += [(f"{module}.{A}.default.weight", (2, 3)), (f"{module}.{B}.default.weight",
-                                                               (out, 2))]  # fmt: skip
+        a, b = f"{module}.{A}.default.weight", f"{module}.{B}.default.weight"
+        params += [(a, (2, 3)), (b, (out, 2))]
         if residual:
             params.append((f"{module}.{R}", (out, 3)))
-    return federation([*params, (HEAD, (2,))], sizes=list(sizes))
+        modules.append(LoraModule(module, a, b, f"{module}.{R}" if residual else None))
+    declared = AdapterParts("residual" if residual else "lora", tuple(modules))
+    return federation([*params, (HEAD, (2,))], sizes=list(sizes), adapters=declared)
 
 
 def head_is_averaged(new: dict[str, Any], models: list[torch.Tensor], fed: Any) -> bool:
@@ -63,10 +67,13 @@ def trained_models(total: int, start: torch.Tensor, fed: Any) -> list[torch.Tens
     return models
 
 
-def test_fedsa_lora_averages_a_and_keeps_each_clients_b():
+@pytest.mark.parametrize("local_head", [True, False])
+def test_fedsa_lora_averages_a_and_keeps_each_clients_b(local_head):
+    """A averaged (n_i), B kept; the head kept with B (official: local_param [lora_B,
+    classifier]) or, with local_head false, averaged as A is."""
     fed = lora_federation()
     cls = ALGORITHMS["fedsa_lora"]
-    algo = cls(cls.Params(), fed)
+    algo = cls(cls.Params(local_head=local_head), fed)
     initial = torch.randn(fed.layout.total, generator=torch.Generator().manual_seed(0))
     state = algo.init_state(initial)
     models = trained_models(fed.layout.total, initial, fed)
@@ -82,10 +89,16 @@ def test_fedsa_lora_averages_a_and_keeps_each_clients_b():
         assert torch.equal(part(plan.train_params, fed, module, A),
                            part(new["params"], fed, module, A))  # fmt: skip
         assert torch.equal(part(plan.train_params, fed, module, B), part(models[1], fed, module, B))
-    assert head_is_averaged(new, models, fed)
-    a_bytes = 4 * (2 * 3 + 2 * 3 + 2)  # A and the head
+    head = fed.layout.slice_of(HEAD)
+    if local_head:  # the server's head stays the initial one; the client trains from its own
+        assert torch.equal(new["params"][head], initial[head])
+        assert torch.equal(plan.train_params[head], models[1][head])
+    else:
+        assert head_is_averaged(new, models, fed)
+    head_size = 0 if local_head else 2
+    a_bytes = 4 * (2 * 3 + 2 * 3 + head_size)  # A (and the head)
     assert algo.upload_nbytes(updates[0]) == a_bytes
-    assert updates[0].state["personal"].numel() == 4 * 2 + 2 * 2  # B
+    assert updates[0].state["personal"].numel() == 4 * 2 + 2 * 2 + 2 - head_size  # B (+ head)
     broadcast = algo.broadcast(new)
     assert algo.download_nbytes(broadcast, {}, None) == 4 * fed.layout.total  # first round
     assert algo.download_nbytes(broadcast, {}, updates[0].state) == a_bytes
@@ -158,7 +171,7 @@ def test_a_model_without_lora_is_refused_in_one_line(name):
     with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
         cls(cls.Params(), fed)
     assert err.value.key == "algorithm.name" and "\n" not in str(err.value)
-    if name != "fedex_lora":  # FedEx-LoRA's residuals would only be carried around
-        with pytest.raises(ConfigError, match="leave it false") as err:
-            cls(cls.Params(), lora_federation(residual=True))
-        assert err.value.key == "model.args.residual"
+    if name == "fedex_lora":  # a model that declares no residual (the variant it asks for)
+        with pytest.raises(ConfigError, match="declares none") as err:
+            cls(cls.Params(), lora_federation(residual=False))
+        assert err.value.key == "model.name" and "\n" not in str(err.value)

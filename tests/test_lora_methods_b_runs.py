@@ -19,8 +19,16 @@ from typing import Any
 import pytest
 import torch
 from helpers import assert_same, lent_ray_executor, newcomers_unevaluated, untimed
-from lora_fixtures import HEAD_DIM, HIDDEN, KV_HEADS, LAYERS, lora_params, shared_tiny_model
-from test_lora_methods_b import METHODS, A, B, R
+from lora_fixtures import (
+    ADAPTER_ONLY,
+    HEAD_DIM,
+    HIDDEN,
+    KV_HEADS,
+    LAYERS,
+    lora_params,
+    shared_tiny_model,
+)
+from test_lora_methods_b import A, B, R
 
 from fedsim.algorithms import ALGORITHMS
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
@@ -51,11 +59,11 @@ def texts(tiny: str) -> Any:
 
 
 def config(tiny: str, algorithm: str, *overrides: str) -> Any:
-    residual = ", residual: true" if algorithm == "fedex_lora" else ""
+    """The same model keys for every method: the variant it needs is its declaration."""
     return load_config(None, [
         "seed=0", "runtime.executor=local", "runtime.device=cpu", "data.name=shakespeare-lm",
         "data.num_clients=3", "data.min_samples=2", "model.name=causal_lm",
-        f"model.args={{source: {tiny}, rank: {RANK}{residual}}}", "rounds=2",
+        f"model.args={{source: {tiny}, rank: {RANK}}}", "rounds=2",
         "client.batch_size=8", "client.optimizer=adam", "client.lr=0.02", "join_ratio=1.0",
         f"algorithm.name={algorithm}", *overrides,
     ])  # fmt: skip
@@ -172,7 +180,8 @@ def result_layout(tiny: str, residual: bool = False) -> Any:
     from lightning_modules.causal_lm import CausalLM
     from lightning_modules.flat_params import ParamLayout
 
-    return ParamLayout.from_module(CausalLM(source=tiny, rank=RANK, residual=residual))
+    variant = "residual" if residual else None
+    return ParamLayout.from_module(CausalLM(source=tiny, rank=RANK, adapter_variant=variant))
 def test_a_residual_adds_its_product_as_peft_scales_it_and_never_trains(tiny):
     """R = B A in a module whose adapter is zero gives the output of adapter (A, B) with R = 0;
     R is in the flat vector but gets no gradient, and the shared base stays as it is."""
@@ -181,7 +190,8 @@ def test_a_residual_adds_its_product_as_peft_scales_it_and_never_trains(tiny):
 
     x = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, -1, -1]])
     y = torch.tensor([[2, 3, 4, 5, 6, 7], [8, 9, 10, -100, -100, -100]])
-    plain, adapted, folded = (CausalLM(source=tiny, rank=RANK, residual=True) for _ in range(3))
+    plain, adapted, folded = (CausalLM(source=tiny, rank=RANK, adapter_variant="residual")
+                              for _ in range(3))  # fmt: skip
     layout = ParamLayout.from_module(folded)
     out = KV_HEADS * HEAD_DIM
     assert layout.total == lora_params(RANK) + LAYERS * HIDDEN * (HIDDEN + out)
@@ -210,11 +220,53 @@ def test_a_residual_adds_its_product_as_peft_scales_it_and_never_trains(tiny):
     assert grads[r_name].grad is None and grads[b_name].grad is not None
 
 
-def test_fedex_lora_refuses_a_model_without_residuals_naming_the_key(tiny, texts):
-    cfg = config(tiny, "fedex_lora", f"model.args={{source: {tiny}, rank: {RANK}}}")
-    with pytest.raises(ConfigError, match="set model.args.residual=true") as err:
+@pytest.mark.parametrize(("key", "algorithm"), [("residual", "fedex_lora"),
+                                                ("personal_adapter", "feddpa")])  # fmt: skip
+def test_a_model_flag_an_algorithm_now_declares_is_refused_naming_it(key, algorithm, tiny, texts):
+    """``model.args.residual`` / ``personal_adapter`` are gone: the algorithm declares its
+    variant; a config that still sets one is told so in one line, before anything runs."""
+    cfg = config(tiny, algorithm, f"model.args={{source: {tiny}, rank: {RANK}, {key}: true}}")
+    with pytest.raises(ConfigError, match=f"algorithm.name={algorithm} declares") as err:
         Simulation(cfg, build_data(cfg, texts))
-    assert err.value.key == "model.args.residual" and "\n" not in str(err.value)
+    assert err.value.key == f"model.args.{key}" and "\n" not in str(err.value)
+
+
+def test_the_declared_variant_is_built_on_any_adapted_base(tiny):
+    """One builder: causal_lm and sequence_classifier alike get the variant asked for, and
+    declare its entries (each residual out x in, each personal A and B beside the first)."""
+    from lightning_modules.flat_params import ParamLayout
+    from lightning_modules.registry import build_model
+
+    for name, extra in (("causal_lm", {}), ("sequence_classifier", {"num_classes": 3})):
+        for variant in ("residual", "personal", "scaled"):
+            module = build_model(name, {"source": tiny, "rank": RANK}, adapter_variant=variant,
+                                 **extra)  # fmt: skip
+            parts, layout = module.adapter_parts(), ParamLayout.from_module(module)
+            assert parts.variant == variant and len(parts.modules) == LAYERS * 2  # q, v
+            for m in parts.modules:
+                a, b = layout.by_name[m.a].shape, layout.by_name[m.b].shape
+                if variant == "residual":
+                    assert layout.by_name[m.residual].shape == (b[0], a[1])
+                    assert m.personal_a is None
+                elif variant == "personal":
+                    assert layout.by_name[m.personal_a].shape == a
+                    assert layout.by_name[m.personal_b].shape == b and m.residual is None
+                else:
+                    assert m.residual is None and m.personal_a is None
+            assert (parts.mix is not None) == (variant == "personal")
+            assert (parts.scale is not None) == (variant == "scaled")
+            declared = {n for m in parts.modules for n in (m.a, m.b, m.residual, m.personal_a,
+                                                           m.personal_b) if n}  # fmt: skip
+            rest = {e.name for e in layout.entries} - declared
+            assert rest == ({"head.weight", "head.bias"} if name != "causal_lm" else set()) | (
+                {parts.mix, parts.reference} if variant == "personal" else set()) | (
+                {parts.scale} if variant == "scaled" else set())
+
+
+# the adapter contract covers every method that declares an adapter (ADAPTER in its params
+# module), so a new one is picked up here; its bytes by hand are its line in expected_bytes
+# (docs/howto/own-algorithm.md, "An adapter method")
+METHODS = ADAPTER_ONLY
 
 
 def expected_bytes(name: str, round_idx: int) -> tuple[int, int]:
@@ -226,8 +278,11 @@ def expected_bytes(name: str, round_idx: int) -> tuple[int, int]:
         "fedsa_lora": (adapter if round_idx == 0 else a, a),  # the whole adapter first
         "ffa_lora": (adapter - a, adapter - a),  # B only
         "fedex_lora": (adapter + residuals, adapter),
-    }[name]
-    return 3 * 4 * per_client[0], 3 * 4 * per_client[1]
+        "feddpa": (adapter, adapter),  # the global adapter only
+        "hetlora": (adapter, adapter),  # every client at the model's rank
+    }
+    assert name in per_client, f"{name} declares an adapter: add its bytes by hand here"
+    return 3 * 4 * per_client[name][0], 3 * 4 * per_client[name][1]
 
 
 @pytest.mark.parametrize("name", METHODS)

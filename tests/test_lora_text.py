@@ -175,8 +175,6 @@ def test_the_driver_builds_its_template_without_the_base_to_the_same_bits(
     """The driver runs no model: its template is the base's structure on the meta device
     with the adapter on the CPU (no weight loaded), the same initial adapter to the bit and
     the same run as a template over the real weights."""
-    import contextlib
-
     from fedsim import pretrained, simulation
 
     cfg = text_config(tiny, table, tmp_path / "data", "algorithm.name=ditto")
@@ -187,10 +185,48 @@ def test_the_driver_builds_its_template_without_the_base_to_the_same_bits(
     assert loaded == []  # the driver read the model's config, not its weights
     lean = run_experiment(cfg, tmp_path / "lean", simulation=light, progress=False, report=False)
     assert loaded  # the (local) worker did
-    monkeypatch.setattr(simulation, "without_weights", contextlib.nullcontext)
+    monkeypatch.setattr(simulation.Simulation, "template_weights", True)  # an argument now
     full = simulation.Simulation(cfg)
     assert torch.equal(light.initial_params, full.initial_params)
     whole = run_experiment(cfg, tmp_path / "full", simulation=full, progress=False, report=False)
     for key in whole.state:
         assert torch.equal(lean.state[key], whole.state[key]), key
     assert untimed(history(tmp_path / "lean")) == untimed(history(tmp_path / "full"))
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("causal_lm", {}), ("causal_lm", {"dtype": "bfloat16"}),
+    ("sequence_classifier", {"num_classes": 3}),
+    ("causal_lm", {"adapter_variant": "residual"}), ("causal_lm", {"adapter_variant": "personal"}),
+    ("sequence_classifier", {"num_classes": 3, "adapter_variant": "personal"}),
+    ("causal_lm", {"adapter_variant": "scaled"}),
+])  # fmt: skip
+def test_a_template_without_weights_holds_the_same_initial_adapter_bits(name, args, tiny):
+    """``weights=False`` (the driver's template, passed as an argument) gives the initial
+    adapter of the model over the real weights to the bit, in every dtype, model and variant."""
+    from lightning_modules.flat_params import flatten_module
+    from lightning_modules.registry import build_model
+
+    flats = []
+    for weights in (True, False):
+        torch.manual_seed(0)
+        module = build_model(name, {"source": tiny, "rank": RANK}, weights=weights, **args)
+        flats.append(flatten_module(module))
+        assert any(p.is_meta for p in module.parameters()) is not weights
+    assert torch.equal(flats[0], flats[1])
+
+
+def test_what_fedsim_sets_is_refused_in_model_args_and_a_variant_needs_an_adapted_model(tiny):
+    """``adapter_variant`` (the algorithm's declaration) and ``weights`` (the driver's
+    template) come from fedsim, never model.args; a model without adapters asked for a
+    variant is refused naming the models that build one."""
+    from lightning_modules.registry import build_model
+
+    for key, value in (("adapter_variant", "personal"), ("weights", False)):
+        with pytest.raises(ConfigError, match="fedsim sets it") as err:
+            build_model("causal_lm", {"source": tiny, key: value})
+        assert err.value.key == f"model.args.{key}" and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="model.name=causal_lm") as err:
+        build_model("mlp", {}, in_channels=1, num_classes=2, image_size=4,
+                    adapter_variant="residual")  # fmt: skip
+    assert err.value.key == "model.name" and "\n" not in str(err.value)

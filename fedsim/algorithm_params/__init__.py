@@ -64,6 +64,23 @@ def example(name: str) -> list[str]:
     return list(getattr(source, "EXAMPLE", ()))
 
 
+ADAPTERS = ("lora", "residual", "personal", "scaled")  # lightning_modules/adapters.py's variants
+
+
+def adapter(name: str) -> str | None:
+    """The adapter variant ``name`` declares as ``ADAPTER`` in its params module (a plug-in
+    class: its ``ADAPTER`` attribute): None (any model), ``lora`` (acts on a LoRA adapter's
+    A and B), ``residual``, ``personal`` or ``scaled`` (that variant of the adapter, which
+    fedsim asks the model to build: ``lightning_modules/adapters.py``)."""
+    source = MODULES.get(name) or CLASSES.get(name)
+    if source is None and is_import_path(name):
+        source = import_object("algorithm.name", name, "module:Class naming an algorithm")
+    declared = getattr(source, "ADAPTER", None)
+    if declared is not None and declared not in ADAPTERS:
+        raise TypeError(f"{name} declares ADAPTER={declared!r}; allowed: {', '.join(ADAPTERS)}")
+    return declared
+
+
 def example_params(name: str) -> dict[str, Any]:
     """The ``algorithm.*`` values of ``name``'s example, as its ``Params`` take them."""
     import yaml

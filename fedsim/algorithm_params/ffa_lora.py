@@ -9,3 +9,5 @@ from fedsim.algorithm_params.base import AlgorithmParams
 Params = AlgorithmParams
 # its smallest runnable example: LoRA adapters on a pretrained LM over Shakespeare's roles
 EXAMPLE = ("model.name=causal_lm", "data.name=shakespeare-lm")
+# the adapter it acts on (lightning_modules/adapters.py): a plain LoRA adapter
+ADAPTER = "lora"

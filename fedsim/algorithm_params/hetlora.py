@@ -15,7 +15,12 @@ from fedsim.checks import checked
 from fedsim.errors import ConfigError
 
 EXAMPLE = ("model.name=causal_lm",)  # an adapter model (every client at the model's rank)
+# the adapter variant it needs (lightning_modules/adapters.py): one scale factor on every
+# product, with which a rank-r client runs at alpha / r (algorithm.scaling)
+ADAPTER = "scaled"
 HETLORA_AGGREGATIONS = ("sparsity", "n")
+HETLORA_WEIGHTS_PER = ("layer", "client")
+HETLORA_SCALES = ("client_rank", "max_rank")
 
 
 def _check_rank_map(key: str, mapping: Any) -> dict[Any, int]:
@@ -45,6 +50,16 @@ class HetLoRAParams(AlgorithmParams):
         0.99, lambda v: 0 < v < 1, "must be in (0, 1)"
     )
     min_rank: int = checked(1, is_positive_count, "must be an integer >= 1")  # pruning's floor
+    # sparsity weights per adapted module, each module's A and B averaged with its own
+    # |B_k A_k|_F (the reimplementation) | per client, the sum over modules weighting them all
+    weights_per: str = checked(
+        "layer", lambda v: v in HETLORA_WEIGHTS_PER, f"allowed: {', '.join(HETLORA_WEIGHTS_PER)}"
+    )
+    # a rank-r client's adapter scaled by alpha / r (client_rank, the reimplementation) or by
+    # the model's alpha / r_max (max_rank: every rank the same scale)
+    scaling: str = checked(
+        "client_rank", lambda v: v in HETLORA_SCALES, f"allowed: {', '.join(HETLORA_SCALES)}"
+    )
 
     def __post_init__(self) -> None:
         if self.aggregation not in HETLORA_AGGREGATIONS:

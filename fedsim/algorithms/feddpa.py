@@ -5,21 +5,27 @@ Yang et al., "Dual-Personalizing Adapter for Federated Foundation Models", NeurI
 official code github.com/Lydia-yang/FedDPA (``main.py --local_model True``, FedDPA-T;
 ``GlobalModel_generated.py --auto True`` for inference). Rules: docs/algorithms.md, "feddpa".
 
-The model is ``causal_lm`` with ``personal_adapter: true`` (``lightning_modules/dual_adapter.py``):
-its flat vector holds the global adapter (peft's ``default``), the personal adapter and the
-combination's entries ``dual.mix`` = (g, p, w) and ``dual.reference`` = m, which this
-algorithm writes into every model it hands the worker. Each round a sampled client
+The model is an adapted one (``causal_lm``, ``sequence_classifier``) built with the
+``personal`` adapter variant this algorithm declares (``lightning_modules/dual_adapter.py``),
+and declares which entries are which (``FederationInfo.adapters``): its flat vector holds the
+global adapter (peft's ``default``), the personal adapter and the combination's entries
+``dual.mix`` = (g, p, w) and ``dual.reference`` = m, which this algorithm writes into every model it
+hands the worker. Each round a sampled client
 1. trains the received global adapter alone (g, p, w = 1, 0, 0; the personal adapter frozen),
-   the worker's main pass, and uploads it: the server averages it with weights n_i (FedAvg);
+   the worker's main pass, and uploads it: the server averages the uploads uniformly (the
+   official code) or with weights n_i (``weighting: samples``, FedAvg's);
 2. from round 1 on, trains its personal adapter for ``personal_epochs`` with the received
    global adapter frozen beside it, (g, p) = (1 - a, a): the official code's local pass
-   (there the global branch's output is detached; here its weights are frozen), then
+   (there the global branch's output is detached; here its weights are frozen), from the
+   initial personal adapter if it skipped the previous round (``reset_after_skip``), then
 3. embeds ``reference_samples`` of its training instances with the personal adapter alone and
    keeps m, the mean of their unit embeddings, with the personal adapter (its state).
 A client is evaluated with (g, p, w) = (0, 1, max_weight) and its m: instance x gets the
 global adapter at w cos(x) and the personal one at 1 - w cos(x), cos(x) the mean cosine
-similarity between x and those instances (``dynamic: false``: fixed w and 1 - w). A client
-without a personal adapter yet is evaluated with the global adapter alone.
+similarity between x and those instances (``dynamic: false``: fixed w and 1 - w). An
+instance's embedding is taken at the end of its first ``prompt_fraction`` of tokens (the
+official code embeds the prompt only; 1.0: the whole window). A client without a personal
+adapter yet is evaluated with the global adapter alone.
 """
 
 from __future__ import annotations
@@ -46,18 +52,14 @@ from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
 from fedsim.sizes import nbytes
 from fedsim.streams import NEWCOMER_FINETUNE_KEY
-from lightning_modules.dual_adapter import GLOBAL, MIX, PERSONAL, REFERENCE, DualAdapter
+from lightning_modules.dual_adapter import DualAdapter
 from lightning_modules.flat_params import flat_ranges, gather, scatter
 from lightning_modules.hooks import ClientTerms
 
 PERSONAL_KEY = 41  # probe keys (fedsim.streams): the personal pass, the reference draw
 REFERENCE_KEY = 43
 GLOBAL_ALONE = (1.0, 0.0, 0.0)
-
-
-def adapter_names(names: list[str], adapter: str) -> list[str]:
-    """The LoRA matrices of ``adapter`` among ``names`` (peft: ``...lora_A.<adapter>.weight``)."""
-    return [n for n in names if (".lora_A." in n or ".lora_B." in n) and f".{adapter}." in n]
+UNIFORM = 1.0  # a client's weight in the uniform average
 
 
 class _Embeddings(ClientTerms):
@@ -95,23 +97,26 @@ class FedDPA(SharedPart):
     def __init__(self, params: FedDPAParams, federation: FederationInfo):
         layout = federation.layout
         names = [e.name for e in layout.entries]
-        require_lora(layout, "feddpa")
-        if MIX not in layout.by_name or not adapter_names(names, PERSONAL):
+        modules = require_lora(federation, "feddpa")
+        parts = federation.adapters
+        if parts.mix is None or parts.reference is None or any(
+                m.personal_a is None or m.personal_b is None for m in modules):  # fmt: skip
             raise ConfigError(
-                "model.args.personal_adapter", False, "FedDPA needs a personal adapter beside "
-                "the global one: set model.args.personal_adapter=true",
+                "model.name", parts.variant, "FedDPA needs a personal adapter beside the "
+                "global one, and the model declares none: build it with the personal adapter "
+                "variant (causal_lm and sequence_classifier do, as this algorithm asks)",
             )  # fmt: skip
-        self.global_names = adapter_names(names, GLOBAL)
+        self.global_names = [n for m in modules for n in (m.a, m.b)]
         super().__init__(params, federation)
-        personal = adapter_names(names, PERSONAL)
+        personal = [n for m in modules for n in (m.personal_a, m.personal_b)]
         self.adapter_ranges = flat_ranges(layout, personal)
         # (start, stop), not slices: a checkpoint holds plain values only
-        self.mix_at = flat_ranges(layout, [MIX])[0]
-        self.reference_at = flat_ranges(layout, [REFERENCE])[0]
-        control = [MIX, REFERENCE]
+        self.mix_at = flat_ranges(layout, [parts.mix])[0]
+        self.reference_at = flat_ranges(layout, [parts.reference])[0]
+        control = [parts.mix, parts.reference]
         self.frozen_global_pass = personal + control  # the main pass trains the global adapter
         self.frozen_personal_pass = self.global_names + control
-        self.all_but_reference = [n for n in names if n != REFERENCE]
+        self.all_but_reference = [n for n in names if n != parts.reference]
 
     def shared_names(self) -> list[str]:
         return self.global_names
@@ -124,14 +129,15 @@ class FedDPA(SharedPart):
         state: ClientState | None = None,
     ) -> torch.Tensor:
         """``params`` (a new tensor) with ``state``'s personal adapter and reference (None:
-        ``params``' own, m = 0) and the scales ``mix`` = (g, p, w)."""
+        ``params``' own, m = 0), the scales ``mix`` = (g, p, w) and ``prompt_fraction``."""
         model = params.clone()
         if state is not None:
             scatter(model, self.adapter_ranges, state["personal"])
             model[slice(*self.reference_at)] = state["reference"]
         else:
             model[slice(*self.reference_at)] = 0.0
-        model[slice(*self.mix_at)] = torch.tensor(mix, dtype=model.dtype)
+        model[slice(*self.mix_at)] = torch.tensor((*mix, self.params.prompt_fraction),
+                                                  dtype=model.dtype)  # fmt: skip
         return model
 
     def inference_mix(self) -> tuple[float, float, float]:
@@ -179,6 +185,14 @@ class FedDPA(SharedPart):
         personal = gather(tuned, self.adapter_ranges)
         return {"personal": personal, "reference": self.reference(probe, tuned)}
 
+    def kept_state(self, state: ClientState | None, client: ClientInfo) -> ClientState | None:
+        """The state a personal pass starts from: None (the initial personal adapter) for a
+        client that skipped the previous round, with ``reset_after_skip``."""
+        if state is None or not self.params.reset_after_skip:
+            return state
+        last = state.get("round")
+        return None if last is not None and client.round - int(last) > 1 else state
+
     def reference(self, probe: ClientProbe, model: torch.Tensor) -> torch.Tensor:
         """m: the mean unit embedding of ``reference_samples`` training instances (a seeded
         draw) under ``model``'s personal adapter alone."""
@@ -192,16 +206,22 @@ class FedDPA(SharedPart):
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
-        """Upload the trained global adapter (weight n_i); from round 1, the personal pass."""
-        update = ClientUpdate(sums=self.shared_sums(trained, plan, client))
+        """Upload the trained global adapter (weight 1, or n_i); from round 1, the personal
+        pass (its state records the round, for ``reset_after_skip``)."""
+        sums = self.shared_sums(trained, plan, client)
+        if self.params.weighting == "uniform":
+            sums = {key: (UNIFORM, value) for key, (_, value) in sums.items()}
+        update = ClientUpdate(sums=sums)
         if client.round < 1:  # the official code trains no local adapter in round 0
             return update
         if client.probe is None:
             raise RuntimeError("FedDPA trains the personal adapter through the worker's probe")
         update.state = self.personal_pass(
-            client.probe, plan.train_params, state, self.params.personal_epochs, PERSONAL_KEY,
-            label="personal",
+            client.probe, plan.train_params, self.kept_state(state, client),
+            self.params.personal_epochs, PERSONAL_KEY, label="personal",
         )  # fmt: skip
+        if update.state is not None:
+            update.state["round"] = client.round
         return update
 
     def kept_params(

@@ -12,10 +12,11 @@ to the module's frozen weight, so the aggregated model's update ``s (R + mean(B)
 the clients' mean update ``mean_i s (R + B_i A_i)`` exactly (s = alpha / r, peft's scaling of
 the product; R is kept in B A's units and scaled by the model). The frozen base is shared by
 every module of a worker process, so R is not written into it: each adapted module has a
-dense residual of its own (``lightning_modules/lora_residual.py``, ``model.args.residual=true``
-of ``causal_lm``), a part of the flat vector that clients receive, never train (frozen) and
-never upload. A model without one is refused in one line. Anything else trainable in the model
-(a classifier's head) is averaged as A and B are.
+dense residual of its own (``lightning_modules/lora_residual.py``: the ``residual`` adapter
+variant this algorithm declares, which fedsim asks the model to build), a part of the flat
+vector that clients receive, never train (frozen) and never upload. A model without one is
+refused in one line. Anything else trainable in the model (a classifier's
+head) is averaged as A and B are.
 
 Bytes: down, the adapter and every residual (out x in per adapted module, dense); up, A and B.
 The products B_i A_i are the server's computation from the uploaded A_i, B_i: the simulator's
@@ -63,12 +64,13 @@ class FedExLoRA(SharedPart):
     )
 
     def __init__(self, params: FedExLoRAParams, federation: FederationInfo):
-        self.modules = require_lora(federation.layout, self.name)
+        self.modules = require_lora(federation, self.name)
         if any(m.residual is None for m in self.modules):
             raise ConfigError(
-                "model.args.residual", False, f"algorithm.name={self.name} folds each "
-                "round's residual into a dense term per adapted module, which the model lacks: "
-                "set model.args.residual=true (model.name=causal_lm)",
+                "model.name", federation.adapters.variant, f"algorithm.name={self.name} "
+                "folds each round's residual into a dense term per adapted module, and the "
+                "model declares none: build it with the residual adapter variant (causal_lm "
+                "and sequence_classifier do, as this algorithm asks)",
             )  # fmt: skip
         super().__init__(params, federation)
         by_name = federation.layout.by_name

@@ -7,8 +7,10 @@ B) from the server's A and its own B, uploads A only, and the server averages th
 weights n_i / sum n (FedAvg's). B is the client's private state (in the client-state store,
 as FedPer's personal layers); a client that has none yet takes the server's B, which is the
 initial adapter's (peft starts B at zero: the adapter's product is then zero, and the model is
-the pretrained one). Anything else trainable in the model (a classifier's head) is shared and
-averaged as A is, as FedAvg would: the paper's split concerns the adapter's two factors.
+the pretrained one). Anything else trainable in the model (``sequence_classifier``'s head)
+stays on the client with B (``local_head: true``, the official config's
+``local_param: [lora_B, classifier]``), or is shared and averaged as A is
+(``local_head: false``, as FedAvg would).
 
 A held-out client gets the shared A with the server's (initial) B, its B fine-tuned for
 ``eval.finetune_epochs`` epochs on its own train split with A frozen: the server never
@@ -24,7 +26,7 @@ import torch
 
 from fedsim.algorithm_params.fedsa_lora import Params as FedSALoRAParams
 from fedsim.algorithms.base import ClientInfo, FederationInfo, NewcomerRule
-from fedsim.algorithms.lora_parts import b_names, refuse_residuals, require_lora
+from fedsim.algorithms.lora_parts import a_names, b_names, require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 
@@ -36,8 +38,8 @@ class FedSALoRA(SharedPart):
     name = "fedsa_lora"
     Params = FedSALoRAParams
     newcomer: ClassVar[NewcomerRule] = NewcomerRule(
-        rule="the shared A with the server's (initial) B, B fine-tuned for "
-        "eval.finetune_epochs epochs on its own train split, A frozen",
+        rule="the shared A with the server's (initial) B (and head, local_head: true), B "
+        "fine-tuned for eval.finetune_epochs epochs on its own train split, A frozen",
         source="fedsim's choice: the server never receives a B (no average B exists), and B "
         "is the part the paper makes client-specific; a client's first round starts so",
         adapts=True,
@@ -45,13 +47,14 @@ class FedSALoRA(SharedPart):
     has_global_model: ClassVar[bool] = False  # the server's B never trains
 
     def __init__(self, params: FedSALoRAParams, federation: FederationInfo):
-        self.modules = require_lora(federation.layout, self.name)
-        refuse_residuals(self.modules, self.name)
+        self.modules = require_lora(federation, self.name)
         super().__init__(params, federation)
 
     def shared_names(self) -> list[str]:
-        """Every entry but the B matrices (A, and a trained head where the model has one)."""
-        return self.names_outside(b_names(self.modules))
+        """A, and (``local_head: false``) what trains outside the adapter (a head)."""
+        if not self.params.local_head:
+            return self.names_outside(b_names(self.modules))
+        return a_names(self.modules)
 
     def newcomer_params(
         self,

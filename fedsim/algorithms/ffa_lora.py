@@ -29,7 +29,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     NewcomerRule,
 )
-from fedsim.algorithms.lora_parts import a_names, refuse_residuals, require_lora
+from fedsim.algorithms.lora_parts import a_names, require_lora
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.sizes import nbytes
@@ -48,8 +48,7 @@ class FFALoRA(SharedPart):
     )
 
     def __init__(self, params: FFALoRAParams, federation: FederationInfo):
-        self.modules = require_lora(federation.layout, self.name)
-        refuse_residuals(self.modules, self.name)
+        self.modules = require_lora(federation, self.name)
         super().__init__(params, federation)
 
     def shared_names(self) -> list[str]:

@@ -6,16 +6,20 @@ Cho et al., "Heterogeneous LoRA for Federated Fine-tuning of On-Device Foundatio
 EMNLP 2024. Rules: docs/algorithms.md, "hetlora". The model is built at the largest rank
 ``r_max`` (``model.args.rank``); a client of rank ``r`` uses the first ``r`` rows of each A
 (r_max x in) and the first ``r`` columns of each B (out x r_max), the rest zero:
-1. it receives the server's adapter truncated to ``r`` (the rest zeroed) and trains it, with
-   ``prune_lambda * sum_modules |A[t:r]| |B[:, t:r]|`` added to its loss, t = floor(gamma r);
+1. it receives the server's adapter truncated to ``r`` (the rest zeroed), run at the scale
+   alpha / r (``scaling: client_rank``, the reimplementation: the model's ``scaled`` variant
+   factor r_max / r on peft's alpha / r_max) or alpha / r_max (``max_rank``), and trains it,
+   with ``prune_lambda * sum_modules |A[t:r]| |B[:, t:r]|`` added to its loss, t = floor(gamma r);
 2. the trained entries beyond ``r`` are zeroed again (zero entries get zero gradients from
    the loss and the penalty, and stay zero under SGD or Adam; the zeroing makes sure), and it
-   uploads its first ``r`` ranks with weight ``s_k = sum_modules |B_k A_k|_F`` (``sparsity``)
-   or ``n_k``;
+   uploads its first ``r`` ranks weighted by ``|B_kj A_kj|_F`` per module j (``sparsity`` with
+   ``weights_per: layer``, the reimplementation), ``s_k = sum_j |B_kj A_kj|_F`` for all of
+   them (``weights_per: client``) or ``n_k`` (``aggregation: n``);
 3. with ``self_pruning``, if that tail norm product is smaller after training than in the
    model it received, its rank becomes ``max(min_rank, floor(gamma r))`` from the next round.
-The server: ``W = sum_k s_k pad(W_k) / sum_k s_k``, each upload zero-padded to r_max (A and B
-each, not their product). A client is evaluated with the server's adapter at its own rank.
+The server: ``W = sum_k s_k pad(W_k) / sum_k s_k`` (per module with per-layer weights), each
+upload zero-padded to r_max (A and B each, not their product); the scale factor never
+travels. A client is evaluated with the server's adapter at its own rank and scale.
 """
 
 from __future__ import annotations
@@ -76,8 +80,15 @@ class HetLoRA(Algorithm):
     def __init__(self, params: HetLoRAParams, federation: FederationInfo):
         super().__init__(params, federation)
         layout = federation.layout
-        self.pairs = [(m.a, m.b) for m in require_lora(layout, "hetlora")]  # (A, B) per module
+        self.pairs = [(m.a, m.b) for m in require_lora(federation, "hetlora")]  # (A, B) per module
         self.max_rank = layout.by_name[self.pairs[0][0]].shape[0]
+        self.scale = federation.adapters.scale  # the scaled variant's factor (never travels)
+        if self.scale is None and params.scaling == "client_rank":
+            raise ConfigError(
+                "algorithm.scaling", params.scaling, "needs the model's scale factor (the "
+                "scaled adapter variant HetLoRA declares), which this model lacks: use max_rank",
+            )  # fmt: skip
+        self.per_layer = params.aggregation == "sparsity" and params.weights_per == "layer"
         self.client_rank = [self._rank_of(c) for c in range(federation.num_clients)]
         self.indices: dict[int, torch.Tensor] = {}  # rank -> its entries of the flat vector
 
@@ -97,23 +108,35 @@ class HetLoRA(Algorithm):
                               f"model.args.rank={self.max_rank}")  # fmt: skip
         return rank
 
-    def rank_index(self, rank: int) -> torch.Tensor:
+    def rank_index(self, rank: int, part: int | str = "all") -> torch.Tensor:
         """The flat vector's entries a rank-``rank`` client holds (sorted): A's first rows, B's
-        first columns, and every entry that is no LoRA matrix."""
-        if rank not in self.indices:
+        first columns, and every entry that is no LoRA matrix (but the scale factor); ``part``:
+        module j's alone, or ``rest`` (what is no LoRA matrix)."""
+        key = (rank, part)
+        if key not in self.indices:
             layout = self.federation.layout
             mask = torch.ones(layout.total, dtype=torch.bool)
-            for a, b in self.pairs:
-                layout.view(mask, a)[rank:] = False
-                layout.view(mask, b)[:, rank:] = False
-            self.indices[rank] = mask.nonzero().squeeze(1)
-        return self.indices[rank]
+            if self.scale is not None:
+                layout.view(mask, self.scale)[:] = False
+            for j, (a, b) in enumerate(self.pairs):
+                keep = part == j or part == "all"
+                layout.view(mask, a)[rank if keep else 0:] = False
+                layout.view(mask, b)[:, rank if keep else 0:] = False
+            if isinstance(part, int):
+                a, b = self.pairs[part]
+                mask &= layout.mask([a, b])
+            self.indices[key] = mask.nonzero().squeeze(1)
+        return self.indices[key]
 
     def truncated(self, params: torch.Tensor, rank: int) -> torch.Tensor:
         """``params`` (a new tensor) with the entries beyond ``rank`` zeroed."""
         index = self.rank_index(rank)
         out = torch.zeros_like(params)
         out[index] = params[index]
+        if self.scale is not None:  # alpha / r for a rank-r client, or the model's alpha / r_max
+            layout = self.federation.layout
+            client_rank = self.params.scaling == "client_rank"
+            layout.view(out, self.scale).fill_(self.max_rank / rank if client_rank else 1.0)
         return out
 
     def rank_now(self, client: int, state: ClientState | None) -> int:
@@ -160,10 +183,17 @@ class HetLoRA(Algorithm):
             after = tail_norm(self.unflatten(trained), self.pairs, tail, rank)
             if float(after) < float(before):
                 new_rank = max(p.min_rank, tail)
-        return ClientUpdate(
-            sums={f"rank{rank}": (weight, trained[self.rank_index(rank)])},
-            state={"rank": new_rank},
-        )
+        if not self.per_layer:
+            sums = {f"rank{rank}": (weight, trained[self.rank_index(rank)])}
+        else:  # each module's A and B weighted by its own |B A|_F, anything else by their sum
+            views = self.unflatten(trained)
+            sums = {f"rank{rank}/{j}": (float(torch.linalg.matrix_norm(views[b] @ views[a])),
+                                        trained[self.rank_index(rank, j)])
+                    for j, (a, b) in enumerate(self.pairs)}  # fmt: skip
+            rest = self.rank_index(rank, "rest")
+            if rest.numel():
+                sums[f"rank{rank}/rest"] = (weight, trained[rest])
+        return ClientUpdate(sums=sums, state={"rank": new_rank})
 
     # --- driver side ---
     def aggregate(
@@ -173,17 +203,37 @@ class HetLoRA(Algorithm):
         individual: dict[int, Any],
         round_idx: int,
     ) -> ServerState:
-        """Zero-padded weighted mean: every upload counts (with zeros) in every entry."""
+        """Zero-padded weighted mean: every upload counts (with zeros) in every entry of its
+        group (the whole model, or with per-layer weights each module and the rest); a group
+        nobody finished (or all zero) keeps the server's entries, and so does the scale."""
         params = state["params"]
-        numerator = torch.zeros(params.numel(), dtype=torch.float64)
-        total = 0.0
+        groups: dict[str, list[Any]] = {}  # group -> [numerator, total]
         for key, part in sums.items():
-            if key.startswith("rank") and part.value is not None:
-                numerator[self.rank_index(int(key[4:]))] += part.value
-                total += part.weight
-        if total <= 0:
+            if not key.startswith("rank") or part.value is None:
+                continue
+            rank, _, group = key[4:].partition("/")
+            where = groups.setdefault(group or "all", [torch.zeros(params.numel(),
+                                                                   dtype=torch.float64), 0.0])
+            where[0][self.rank_index(int(rank), int(group) if group.isdigit() else group or
+                                     "all")] += part.value  # fmt: skip
+            where[1] += part.weight
+        if not any(total > 0 for _, total in groups.values()):
             return state  # nobody finished (or every upload was zero): keep the model
-        return {**state, "params": (numerator / total).to(params.dtype)}
+        new = params.clone()
+        for group, (numerator, total) in groups.items():
+            if total <= 0:
+                continue
+            if group == "all":
+                covered = torch.ones(params.numel(), dtype=torch.bool)
+            else:
+                part = int(group) if group.isdigit() else group
+                covered = torch.zeros(params.numel(), dtype=torch.bool)
+                covered[self.rank_index(self.max_rank, part)] = True
+            new[covered] = (numerator[covered] / total).to(params.dtype)
+        if self.scale is not None:
+            layout = self.federation.layout
+            layout.view(new, self.scale).copy_(layout.view(params, self.scale))
+        return {**state, "params": new}
 
     # --- bytes: each client's rank, both ways ---
     def download_nbytes(

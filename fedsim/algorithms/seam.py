@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from lightning_modules.adapters import AdapterParts
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
@@ -129,6 +130,9 @@ class FederationInfo:
     buffer_names: list[str] = field(default_factory=list)  # float buffers (no gradient)
     # parameters and float buffers of the BatchNorm layers (FedBN keeps them on the client)
     batchnorm_names: list[str] = field(default_factory=list)
+    # what an adapted model declares of its LoRA adapter (lightning_modules/adapters.py): its
+    # variant and each module's A, B (residual, personal A and B) entries; None: no adapter
+    adapters: AdapterParts | None = None
 
 
 @dataclass(frozen=True)
