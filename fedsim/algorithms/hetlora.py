@@ -34,6 +34,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -171,7 +172,7 @@ class HetLoRA(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Zero-padded weighted mean: every upload counts (with zeros) in every entry."""
         params = state["params"]
