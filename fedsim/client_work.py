@@ -53,17 +53,18 @@ class LocalWork:
 
     def samples(self, client: int, num_train: float) -> float:
         """Samples ``client`` (``num_train`` of them) trains on in a round, the one formula
-        of its compute time: its epochs x ``num_train``, or ``steps`` x ``accumulation``
-        batches (the last batch of a pass smaller)."""
-        batch_size = self.batch_size
+        of its compute time: its epochs x ``num_train``, or the batches of ``steps``
+        optimizer steps as the loop takes them (``accumulation`` batches a step; a pass's
+        last step takes what is left of the pass, its last batch smaller)."""
         if self.steps is None:
             return float(self.of(client)) * float(num_train)
         if num_train <= 0:
             return 0.0
-        per_pass = math.ceil(num_train / batch_size)  # micro-batches in one pass
-        micro = self.steps * self.accumulation
-        passes, rest = divmod(micro, per_pass)
-        return float(passes * num_train + min(rest * batch_size, num_train))
+        per_pass = math.ceil(num_train / self.batch_size)  # batches in one pass
+        steps_per_pass = math.ceil(per_pass / self.accumulation)
+        passes, rest = divmod(self.steps, steps_per_pass)
+        return float(passes * num_train + min(rest * self.accumulation * self.batch_size,
+                                              num_train))  # fmt: skip
 
     def all_samples(self, train_sizes: Any) -> np.ndarray:
         """``samples`` of every client, in client order."""

@@ -38,7 +38,7 @@ class Linear(pl.LightningModule):
         super().__init__()
         torch.manual_seed(0)
         self.layer = torch.nn.Linear(3, 2)
-        self.lr, self.lrs = lr, []
+        self.lr, self.lrs, self.seen = lr, [], 0
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -50,6 +50,7 @@ class Linear(pl.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.lrs.append(self.opt.param_groups[0]["lr"])
+        self.seen += len(batch[1])
 
 
 def train(module: Linear, n: int = 40, **settings) -> object:
@@ -82,11 +83,23 @@ def test_warmup_takes_the_lr_up_linearly_per_step():
     assert module.lrs == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1])
 
 
+@pytest.mark.parametrize(("steps", "accumulation"), [(3, 2), (7, 1), (4, 3), (None, 2)])
+def test_the_samples_formula_is_what_the_loop_trains_on(steps, accumulation):
+    module = Linear()
+    result = train(module, n=10, steps=steps, accumulation=accumulation)
+    local = LocalWork(batch_size=4, steps=steps, accumulation=accumulation)
+    assert module.seen == local.samples(0, 10)
+    if steps is not None:
+        assert result.optimizer_steps == steps
+
+
 def test_samples_a_round_by_hand_and_in_the_virtual_clock():
     assert LocalWork(epochs=2).samples(0, 25) == 50
     steps = LocalWork(batch_size=10, steps=4)  # 3 batches a pass: one pass and one batch
     assert steps.samples(0, 25) == 25 + 10
-    assert LocalWork(batch_size=10, steps=2, accumulation=2).samples(0, 25) == 35
+    # 3 batches a pass make 2 steps of 2 (the pass's last step takes its last batch alone)
+    assert LocalWork(batch_size=10, steps=2, accumulation=2).samples(0, 25) == 25
+    assert LocalWork(batch_size=10, steps=3, accumulation=2).samples(0, 25) == 45
     cfg = load_config(None, ["system.time_per_sample=2.0"])
     _, durations = compute_clock(cfg, np.array([25, 5]), steps)
     assert durations.tolist() == [2.0 * 35, 2.0 * 20]  # 5 samples: 4 passes
