@@ -83,7 +83,7 @@ class PlainRound:
 
     def __init__(self, sim: Simulation):
         self.sim, self.algo = sim, sim.algorithm
-        self.model = build_model(sim.cfg.model.name, **sim.worker_spec.model_kwargs)
+        self.model = build_model(sim.cfg.model.name, **sim.worker_spec.model.kwargs)
         self.names = [n for n, _ in self.model.named_parameters()]
         self.shapes = [p.shape for _, p in self.model.named_parameters()]
         self.sizes = [p.numel() for _, p in self.model.named_parameters()]

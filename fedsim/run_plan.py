@@ -4,121 +4,46 @@ Before, the round's learning rate was computed in four places, a client's local 
 two, and the cohort and buffer sizes twice each. Now each has one home here, and everything
 that needs one reads it from the plan (the worker through ``WorkerSpec``):
 
-- ``LearningRate``: the clients' base lr (``client.lr``, or the module's own optimizer's)
-  times ``client.lr_schedule``'s factor in a round;
-- ``LocalEpochs``: a client's local epochs (``client.epochs_by_client`` cycled, else
-  ``client.epochs``), which training, FedNova, the virtual clock and the pool's balancing read;
-- ``OptimizerSettings``: ``client.optimizer`` and its settings, which reach the module by
-  one builder (``fedsim.runtime.model_fit.build_client_model``) on the driver and the worker;
+- ``LearningRate``: the clients' base lr (``client.lr``, or the module's own optimizer's);
+  a schedule on ``client.lr`` gives each round's (``client.lr_schedule`` is read as one);
+- ``ClientWork`` (``fedsim/client_work.py``): a client's local work (epochs or steps,
+  accumulation, warm-up: ``LocalWork``), optimizer settings and the batch, clipping and
+  evaluation settings, the slice of the plan a worker is built with (``WorkerSpec``);
 - ``ModelBuild``: the model's name, ``model.args`` and what fedsim passes its constructor
   (the data's shapes, the optimizer's constructor settings, ``model.hidden``);
 - ``ScheduledValues``: every key given as a schedule (``fedsim/schedules.py``), resolved
-  per round on the driver into a ``RoundValues`` that travels to the workers with the
-  round's broadcast (the lr and its factor too, so a worker computes none of them);
+  per round on the driver into that round's frozen ``RoundContext``
+  (``fedsim/round_context.py``), which the driver's algorithm and every client task of the
+  round receive as an argument (the lr and its factor too, so a worker computes none);
 - ``RunPlan``: these with the round kind, the cohort size and the updates the server
-  combines at once (a round's cohort, or an asynchronous run's buffer K), and the client
-  work settings a worker is built with (``fedsim.runtime.worker.WorkerSpec.from_plan``).
+  combines at once (a round's cohort, or an asynchronous run's buffer K).
 
 The random streams have their own registry (``fedsim/streams.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedsim.client_work import ClientWork, LocalWork, OptimizerSettings
 from fedsim.config import ExperimentConfig
-from fedsim.config.model_optimizer import BUILT_IN_LR
-from fedsim.config.sections import lr_scale
+from fedsim.round_context import RoundContext
 from fedsim.schedules import Adapting, Schedule
-
-ROUND_VALUES = "round_values"  # the broadcast's entry for the round's RoundValues
 
 
 @dataclass(frozen=True)
 class LearningRate:
-    """The clients' learning rate in each round (picklable: it travels in the WorkerSpec)."""
+    """The lr clients start from (``client.lr``, round 0's when it is a schedule, or the
+    module's own); a round's lr is in its ``RoundContext``."""
 
     base: float
-    schedule: str = "constant"  # client.lr_schedule
-    decay: float = 1.0
-    rounds: int = 1
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, base: float) -> LearningRate:
         """``base``: the lr clients start from (``client.lr``, or the module's own)."""
-        c = cfg.client
-        return cls(base, c.lr_schedule, c.lr_decay, cfg.rounds)
-
-    @property
-    def scheduled(self) -> bool:
-        return self.schedule != "constant"
-
-    def scale(self, round_idx: int) -> float:
-        """The schedule's factor on the base lr in round ``round_idx``."""
-        return lr_scale(self.schedule, self.decay, self.rounds, round_idx)
-
-    def at(self, round_idx: int) -> float:
-        """The lr every client steps with in round ``round_idx``."""
-        return self.base * self.scale(round_idx)
-
-
-@dataclass(frozen=True)
-class LocalEpochs:
-    """Each client's local epochs: ``by_client`` cycled over the clients, else ``epochs``."""
-
-    epochs: int = 1
-    by_client: tuple[int, ...] | None = None
-
-    @classmethod
-    def from_config(cls, cfg: ExperimentConfig) -> LocalEpochs:
-        cycle = cfg.client.epochs_by_client
-        return cls(cfg.client.epochs, None if cycle is None else tuple(int(e) for e in cycle))
-
-    def of(self, client: int) -> int:
-        cycle = self.by_client
-        return self.epochs if cycle is None else cycle[client % len(cycle)]
-
-    def all(self, num_clients: int) -> list[int]:
-        return [self.of(k) for k in range(num_clients)]
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """``client.optimizer`` and its settings, for a model that trains with them."""
-
-    name: str = "sgd"
-    lr: float = BUILT_IN_LR
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    nesterov: bool = False
-
-    @classmethod
-    def from_config(cls, cfg: ExperimentConfig) -> OptimizerSettings:
-        c = cfg.client
-        return cls(
-            name=c.optimizer or "sgd",
-            lr=c.lr,
-            momentum=c.momentum,
-            weight_decay=c.weight_decay,
-            betas=(float(c.betas[0]), float(c.betas[1])),
-            nesterov=bool(c.nesterov),
-        )
-
-    def constructor_kwargs(self, owns_optimizers: bool) -> dict[str, Any]:
-        """What the model's constructor gets (nothing for a module with its own optimizer)."""
-        if owns_optimizers:
-            return {}
-        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
-
-    def apply(self, module: Any) -> None:
-        """Set the settings a built-in module reads in ``configure_optimizers``."""
-        from lightning_modules.base import FLModule
-
-        if isinstance(module, FLModule):
-            module.optimizer_name, module.betas = self.name, self.betas
-            module.nesterov = self.nesterov
+        return cls(base)
 
 
 @dataclass(frozen=True)
@@ -147,65 +72,80 @@ class ModelBuild:
         kwargs = {**data_kwargs, **optimizer.constructor_kwargs(own), **hidden, **asks}
         return cls(cfg.model.name, dict(cfg.model.args), kwargs, optimizer)
 
+    def apply(self, module: Any) -> None:
+        """Set the optimizer settings a built-in module reads in ``configure_optimizers``
+        beyond its constructor's (the optimizer's name, betas, Nesterov)."""
+        from lightning_modules.base import FLModule
 
-@dataclass(frozen=True)
-class RoundValues:
-    """A round's values that change over rounds, as the workers get them (picklable)."""
-
-    lr: float  # the lr every client steps with this round
-    lr_scale: float  # its factor on the optimizer's own lr (client.lr_schedule or a schedule)
-    algorithm: dict[str, float] = field(default_factory=dict)  # scheduled algorithm.* keys
-    client: dict[str, float] = field(default_factory=dict)  # scheduled client.* (but lr)
-
-    @property
-    def optimizer_settings(self) -> dict[str, float]:
-        """Scheduled settings the optimizer's parameter groups take each round."""
-        return {k: v for k, v in self.client.items() if k in ("momentum", "weight_decay")}
-
-    def recorded(self, lr_scheduled: bool) -> dict[str, float]:
-        """metrics.jsonl's entries: ``lr`` when it changes over rounds, every scheduled key
-        by its dotted name."""
-        out = {"lr": self.lr} if lr_scheduled else {}
-        out.update({f"algorithm.{k}": v for k, v in self.algorithm.items()})
-        out.update({f"client.{k}": v for k, v in self.client.items()})
-        return out
+        if isinstance(module, FLModule):
+            o = self.optimizer
+            module.optimizer_name, module.betas, module.nesterov = o.name, o.betas, o.nesterov
 
 
 class ScheduledValues:
-    """Every key given as a schedule, resolved per round on the driver; an adaptive one is
-    moved by each committed round's metrics (``observe``) and rebuilt from a resumed run's
-    history (``replay``), so its state is as exact as the records a checkpoint keeps."""
+    """Every key given as a schedule, resolved per round on the driver into that round's
+    ``RoundContext``; an adaptive one is moved by each committed round's metrics
+    (``observe``) and rebuilt from a resumed run's history (``replay``), so its state is as
+    exact as the records a checkpoint keeps."""
 
-    def __init__(self, schedules: dict[str, Schedule], lr: LearningRate, rounds: int):
+    def __init__(
+        self,
+        schedules: dict[str, Schedule],
+        lr: LearningRate,
+        rounds: int,
+        algorithm_params: Any = None,
+        clip_grad_norm: float | None = None,
+    ):
         self.schedules, self.lr, self.rounds = dict(schedules), lr, rounds
+        self.algorithm_params, self.clip_grad_norm = algorithm_params, clip_grad_norm
         self.adapting = {k: Adapting(s) for k, s in self.schedules.items() if s.adaptive}
 
     @property
     def lr_scheduled(self) -> bool:
-        return self.lr.scheduled or "client.lr" in self.schedules
+        return "client.lr" in self.schedules
 
     def value(self, key: str, round_idx: int) -> float:
+        """``key``'s value in round ``round_idx`` (an integer key's as an int: an epoch count
+        a loop runs over)."""
+        schedule = self.schedules[key]
         if key in self.adapting:
-            return self.adapting[key].value
-        return self.schedules[key].at(round_idx, self.rounds)
+            value = self.adapting[key].value
+        else:
+            value = schedule.at(round_idx, self.rounds)
+        return int(value) if schedule.integer else value
 
-    def at(self, round_idx: int) -> RoundValues:
-        """Round ``round_idx``'s values."""
+    def at(self, round_idx: int) -> RoundContext:
+        """Round ``round_idx``'s context: its lr, optimizer settings, clipping and the
+        algorithm's params with the round's scheduled keys (a new frozen value each call)."""
+        lr, scale = self.lr.base, 1.0
         if "client.lr" in self.schedules:
             lr = self.value("client.lr", round_idx)
             scale = lr / self.lr.base
-        else:
-            lr, scale = self.lr.at(round_idx), self.lr.scale(round_idx)
         sections: dict[str, dict[str, float]] = {"algorithm": {}, "client": {}}
         for key in self.schedules:
             section, name = key.split(".")
             if key != "client.lr":
                 sections[section][name] = self.value(key, round_idx)
-        return RoundValues(lr, scale, sections["algorithm"], sections["client"])
+        algorithm, client = sections["algorithm"], sections["client"]
+        params = self.algorithm_params
+        if algorithm:
+            params = dataclasses.replace(params, **algorithm)  # a new value: nothing mutated
+        recorded = {"lr": lr} if self.lr_scheduled else {}
+        recorded.update({f"algorithm.{k}": v for k, v in algorithm.items()})
+        recorded.update({f"client.{k}": v for k, v in client.items()})
+        return RoundContext(
+            round=round_idx,
+            algorithm_params=params,
+            lr=lr,
+            lr_scale=scale,
+            optimizer={k: v for k, v in client.items() if k in ("momentum", "weight_decay")},
+            clip_grad_norm=client.get("clip_grad_norm", self.clip_grad_norm),
+            recorded=recorded,
+        )
 
     def lr_at(self, round_idx: int) -> float:
         """The clients' lr in round ``round_idx``."""
-        return self.at(round_idx).lr
+        return self.at(round_idx).lr  # type: ignore[return-value]
 
     def observe(self, round_idx: int, summary: dict[str, Any]) -> None:
         """After round ``round_idx`` is committed: adaptive values see its metrics."""
@@ -225,8 +165,7 @@ class RunPlan:
 
     kind: str  # local | exchange | buffered (fedsim/rounds/compose.py)
     lr: LearningRate
-    epochs: LocalEpochs
-    optimizer: OptimizerSettings
+    client: ClientWork  # what every client's work is made of: the worker's slice of the plan
     num_clients: int
     cohort_size: int  # int(join_ratio x clients), at least 1
     server_cohort: int  # updates the server combines at once (the cohort, or buffer K)
@@ -234,15 +173,15 @@ class RunPlan:
     cohort_source: str = "join_ratio"  # the keys that set server_cohort (for messages)
     model: ModelBuild | None = None  # how the model is built (None: a plan without one)
     values: ScheduledValues | None = field(default=None, compare=False)  # per round
-    seed: int = 0
-    batch_size: int = 10  # client.batch_size
-    eval_batch_size: int = 500  # client.eval_batch_size
-    clip_grad_norm: float | None = None  # client.clip_grad_norm (round 0's, if scheduled)
-    bf16: bool = False  # client.precision=bf16-mixed
-    eval_model: str = "personal"  # eval.model
-    eval_after_training: bool = False  # eval.when=after_training
-    finetune_epochs: int = 1  # eval.finetune_epochs: a held-out client's adaptation
-    count_flops: bool = False  # eval.count_flops: each client's training FLOPs
+
+    @property
+    def epochs(self) -> LocalWork:
+        """Each client's local work (epochs or steps, accumulation, warm-up)."""
+        return self.client.local
+
+    @property
+    def optimizer(self) -> OptimizerSettings:
+        return self.client.optimizer
 
 
 def default_buffer_size(concurrency: int) -> int:
@@ -275,26 +214,18 @@ def resolve_run_plan(
         given = "" if a.buffer_size else " (default: half the clients in flight)"
         source = f"asynchronous.enabled=true: a buffer of asynchronous.buffer_size{given}"
     lr = LearningRate.from_config(cfg, cfg.client.lr if base_lr is None else base_lr)
-    c = cfg.client
+    optimizer = OptimizerSettings.from_config(cfg) if model is None else model.optimizer
     return RunPlan(
         kind=kind,
         lr=lr,
-        epochs=LocalEpochs.from_config(cfg),
-        optimizer=OptimizerSettings.from_config(cfg) if model is None else model.optimizer,
+        client=ClientWork.from_config(cfg, optimizer),
         num_clients=num_clients,
         cohort_size=cohort,
         server_cohort=server,
         concurrency=concurrency,
         cohort_source=source,
         model=model,
-        values=ScheduledValues(cfg.schedules, lr, cfg.rounds),
-        seed=cfg.seed,
-        batch_size=c.batch_size,
-        eval_batch_size=c.eval_batch_size,
-        clip_grad_norm=c.clip_grad_norm,
-        bf16=c.precision == "bf16-mixed",
-        eval_model=cfg.eval.model,
-        eval_after_training=cfg.eval.when == "after_training",
-        finetune_epochs=cfg.eval.finetune_epochs,
-        count_flops=cfg.eval.count_flops,
+        values=ScheduledValues(
+            cfg.schedules, lr, cfg.rounds, cfg.algorithm.params, cfg.client.clip_grad_norm
+        ),
     )

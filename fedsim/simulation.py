@@ -119,9 +119,7 @@ class Simulation:
         # how every copy of the model is built, resolved once (the run plan carries it)
         model = ModelBuild.from_config(cfg, self.data.dataset.model_kwargs())
         # the driver runs no model: a pretrained base's structure only (weights=False)
-        template = build_client_model(
-            model.name, model.args, model.kwargs, model.optimizer, weights=self.template_weights
-        )
+        template = build_client_model(model, weights=self.template_weights)
         sample = sample_batch(self.data)
         # one forward: the model fits the data (one line if not); lazy layers materialize. A
         # module over a pretrained base without its weights checked its shapes as it was

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedsim.algorithms.base import ServerState, WeightedSum
+from fedsim.algorithms.base import RoundContext, ServerState, WeightedSum
 from fedsim.algorithms.fedavg import FedAvg
 
 
@@ -16,8 +16,8 @@ class FailsInRoundOne(FedAvg):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
-        if round_idx == 1:
+        if context.round == 1:
             raise ValueError("aggregate broke\non purpose")
-        return super().aggregate(state, sums, individual, round_idx)
+        return super().aggregate(state, sums, individual, context)

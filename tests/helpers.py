@@ -240,7 +240,7 @@ def run_round(
             updates[c] = algo.client_finish(plan, trained[c], states.get(c), info)
             order.append(updates[c])
             where.append(worker)
-    return algo.aggregate(state, reduce_updates(order, where), {}, round_idx), updates
+    return algo.aggregate(state, reduce_updates(order, where), {}, algo.context(round_idx)), updates
 
 
 class FixedProbe:

@@ -11,9 +11,10 @@ import pytest
 import torch
 from helpers import TINY_MNIST, lent_ray_executor, refused_check, untimed
 
+from fedsim.client_work import LocalWork
 from fedsim.config import load_config
 from fedsim.rounds.clock import Network, VirtualClock
-from fedsim.rounds.schedule import AsyncSchedule, client_work
+from fedsim.rounds.schedule import AsyncSchedule
 from fedsim.rounds.staleness import (
     buffered_weights,
     default_max_staleness,
@@ -133,14 +134,15 @@ def test_availability_trace_fills_slots_only_with_online_clients_by_hand():
 def test_a_synchronous_round_waits_for_the_slowest_sampled_client():
     cohorts = {0: [0, 1], 1: [1, 2], 2: [0]}
     clock = VirtualClock(np.array([1.0, 3.0, 2.0]))
-    sync = SyncClock(clock, clock.slowdowns, Network.free(3), AlwaysOnline(3), Rules(2), seed=0)
+    per_sample = clock.seconds_per_sample
+    sync = SyncClock(clock, per_sample, Network.free(3), AlwaysOnline(3), Rules(2), seed=0)
     times = []
     for r in range(3):
         times.append(sync.time)
         attempt = sync.plain_attempt(r, cohorts[r], sync.time, r)
         sync.time = sync.settle(attempt, {}, {}).end
     assert [*times, sync.time] == [0, 3, 6, 7]
-    assert client_work([10, 20], epochs=2).tolist() == [20, 40]
+    assert LocalWork(epochs=2).all_samples([10, 20]).tolist() == [20, 40]
 
 
 # ------------------------------------------------------------------ on real data

@@ -86,7 +86,7 @@ def test_fedprox_aggregates_like_fedavg_and_sends_the_term():
         assert isinstance(plan.terms, Pull) and plan.terms.mu == 0.01
         assert plan.terms.form == "loss"
         updates.append(algo.client_finish(plan, MODELS[c], None, client_info(FED, c)))
-    new = algo.aggregate(state, reduce_updates(updates, [0, 1, 0]), {}, 0)["params"]
+    new = algo.aggregate(state, reduce_updates(updates, [0, 1, 0]), {}, algo.context(0))["params"]
     assert torch.allclose(new, FEDAVG, atol=1e-6)
 
 
@@ -134,7 +134,7 @@ def test_scaffold_client_and_server_by_hand():
     # a second client, never seen before (c_1 = 0), takes one step
     g3 = torch.tensor([0.0, 4, 0, 0])
     _, y1, update1 = run_scaffold_client(algo, state, _Store(store), 1, [g3])
-    new = algo.aggregate(state, reduce_updates([update, update1], [0, 1]), {}, 0)
+    new = algo.aggregate(state, reduce_updates([update, update1], [0, 1]), {}, algo.context(0))
     # x += eta_g mean(dy) (uniform by default); c += (1/N) sum dc, N = 4 clients
     assert torch.allclose(new["params"], x + 0.5 * ((y - x) + (y1 - x)) / 2, atol=1e-6)
     dc = (update.state["c"] - c_i) + (update1.state["c"] - 0)
@@ -160,7 +160,10 @@ def test_scaffold_c_stays_the_mean_of_the_client_c(join):
         for c, update in zip(cohort, updates, strict=True):
             store.put(c, update.state)
         state = algo.aggregate(
-            state, reduce_updates(updates, [k % 2 for k in range(len(cohort))]), {}, 0
+            state,
+            reduce_updates(updates, [k % 2 for k in range(len(cohort))]),
+            {},
+            algo.context(0),
         )
         mean_c = torch.stack([(store.get(c) or {"c": torch.zeros(4)})["c"] for c in range(n)])
         mean_c = mean_c.mean(0)
@@ -220,7 +223,7 @@ def test_feddyn_client_state_and_server_by_hand():
     # h_i <- h_i - alpha (w_i - g)
     assert torch.allclose(updates[0].state["h"], h_0 - alpha * (MODELS[0] - g))
     assert torch.allclose(updates[1].state["h"], -alpha * (MODELS[1] - g))
-    new = algo.aggregate(state, reduce_updates(updates, [0, 0]), {}, 0)
+    new = algo.aggregate(state, reduce_updates(updates, [0, 0]), {}, algo.context(0))
     # server: h <- h - alpha (1/N) sum (w_i - g), N = 4; g = mean(w_i) - h / alpha
     h_new = h - alpha * ((MODELS[0] - g) + (MODELS[1] - g)) / 4
     assert torch.allclose(new["h"], h_new, atol=1e-6)
@@ -237,7 +240,7 @@ def test_fedavgm_two_rounds_by_hand():
     updates = [
         algo.client_finish(bare_plan(), MODELS[c], None, client_info(FED, c)) for c in range(3)
     ]
-    s1 = algo.aggregate(state, reduce_updates(updates, [0, 1, 1]), {}, 0)
+    s1 = algo.aggregate(state, reduce_updates(updates, [0, 1, 1]), {}, algo.context(0))
     d1 = theta - FEDAVG  # pseudo-gradient sum_k (n_k / n)(theta - theta_k)
     assert torch.allclose(s1["momentum"], d1, atol=1e-6)
     assert torch.allclose(s1["params"], theta - 1.0 * d1, atol=1e-6)  # lr 1: FedAvg's model
@@ -245,7 +248,7 @@ def test_fedavgm_two_rounds_by_hand():
     updates = [
         algo.client_finish(bare_plan(), models2[c], None, client_info(FED, c)) for c in range(3)
     ]
-    s2 = algo.aggregate(s1, reduce_updates(updates, [0, 0, 1]), {}, 1)
+    s2 = algo.aggregate(s1, reduce_updates(updates, [0, 0, 1]), {}, algo.context(1))
     d2 = s1["params"] - (FEDAVG + 1)
     v2 = 0.9 * d1 + d2
     assert torch.allclose(s2["momentum"], v2, atol=1e-5)
@@ -271,7 +274,9 @@ def test_samples_weighting_is_fedavg_weighting(cls):
     plain = [
         fedavg.client_finish(bare_plan(), MODELS[c], None, client_info(FED, c)) for c in range(3)
     ]
-    assert fedavg.aggregate({}, reduce_updates(plain, [0, 0, 0]), {}, 0)["params"].allclose(FEDAVG)
+    assert fedavg.aggregate({}, reduce_updates(plain, [0, 0, 0]), {}, fedavg.context(0))[
+        "params"
+    ].allclose(FEDAVG)
 
 
 def _started(algo, c):

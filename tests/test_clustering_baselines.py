@@ -60,7 +60,7 @@ def drive(algo, state, trained, round_idx=0, probes=None):
             sums.setdefault(key, WeightedSum()).add(weight, value)
         if update.individual is not None:
             individual[c] = update.individual
-    return algo.aggregate(state, sums, individual, round_idx), plans
+    return algo.aggregate(state, sums, individual, algo.context(round_idx)), plans
 
 
 def t(*values):

@@ -83,7 +83,7 @@ def test_ditto_server_is_fedavg_of_the_global_copies_and_clients_keep_a_personal
         (call,) = probe.calls  # one personal pass, from v (= w_t at first) pulled to w_t
         assert torch.equal(call["params"], state["params"])
         assert torch.equal(call["terms"].anchor, state["params"]) and call["terms"].mu == 0.5
-    new = algo.aggregate(state, reduce_updates(updates, [0, 1]), {}, 0)["params"]
+    new = algo.aggregate(state, reduce_updates(updates, [0, 1]), {}, algo.context(0))["params"]
     # hand: (10 [1, 2] + 30 [3, -1]) / 40
     assert torch.allclose(new, torch.tensor([100 / 40, -10 / 40]))
     assert torch.equal(personal[0], torch.tensor([5.0, 5.0]))  # (0 + 10) / 2
@@ -146,7 +146,7 @@ def test_fedamp_round_uploads_models_and_next_peers_are_this_rounds_uploads():
         update = algo.client_finish(plan, w, None, client_info(FED, c))
         assert update.sums == {} and torch.equal(update.state["params"], w)
         individual[c] = update.individual
-    new = algo.aggregate(state, {}, individual, 0)
+    new = algo.aggregate(state, {}, individual, algo.context(0))
     assert new["peer_ids"] == [0, 2]
     assert torch.equal(new["peers"], torch.stack([uploads[0], uploads[2]]))
     plan = algo.client_start(algo.broadcast(new), {}, {"params": uploads[0]}, client_info(FED, 0))
@@ -182,7 +182,7 @@ def test_fedfomo_weights_on_a_crafted_case():
     # the upload feeds P[0, n] += raw w_n
     update = algo.client_finish(plan, torch.tensor([9.0, 9.0]), None, client)
     state = algo.init_state(torch.zeros(2))
-    new = algo.aggregate(state, {}, {0: update.individual}, 0)
+    new = algo.aggregate(state, {}, {0: update.individual}, algo.context(0))
     row = new["affinity"][0]
     assert row[0] == 1.0 and torch.allclose(row[[2, 1, 3]], expected.double())
     assert torch.equal(new["models"].get(0)["params"], torch.tensor([9.0, 9.0]))

@@ -101,8 +101,6 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
         "0.9", ["client.optimizer=sgd"], ["client.optimizer=adam"]),
     ("client.nesterov", "client.momentum"): (
         "true", ["client.momentum=0.9"], ["client.momentum=0"]),
-    ("client.lr_decay", "client.lr_schedule"): (
-        "0.9", ["client.lr_schedule=exponential"], ["client.lr_schedule=cosine"]),
     **{
         (f"system.{key}", "system.device_trace"): (
             value, ["system.upload_bandwidth=1000"] if key == "network_speeds" else [],

@@ -75,7 +75,7 @@ def test_fedavg_with_server_momentum_is_fedavgm():
     for _ in range(2):
         sums = summed(fedavg.weighting)
         states = [
-            algo.aggregate(s, sums, {}, 0)
+            algo.aggregate(s, sums, {}, algo.context(0))
             for algo, s in zip((fedavg, fedavgm), states, strict=True)
         ]
     assert torch.equal(states[0]["params"], states[1]["params"])

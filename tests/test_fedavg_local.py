@@ -27,7 +27,7 @@ def test_fedavg_aggregate_matches_hand_computation():
         plan = algo.client_start(algo.broadcast(state), {}, None, client_info(FED, client))
         assert torch.equal(plan.train_params, state["params"])
         updates.append(algo.client_finish(plan, models[client], None, client_info(FED, client)))
-    new = algo.aggregate(state, reduce_updates(updates, [0, 1, 0]), {}, 0)["params"]
+    new = algo.aggregate(state, reduce_updates(updates, [0, 1, 0]), {}, algo.context(0))["params"]
     # hand: (10*[1,2,3,4] + 30*[0,0,0,8] + 60*[2,1,0,1]) / 100
     expected = torch.tensor([(10 + 120) / 100, (20 + 60) / 100, 30 / 100, (40 + 240 + 60) / 100])
     assert torch.allclose(new, expected, atol=1e-7)
@@ -37,7 +37,7 @@ def test_fedavg_aggregate_matches_hand_computation():
 def test_fedavg_keeps_model_when_nobody_finished():
     algo = FedAvg(FedAvg.Params(), federation(PARAMS, SIZES))
     state = algo.init_state(torch.ones(4))
-    assert torch.equal(algo.aggregate(state, {}, {}, 0)["params"], torch.ones(4))
+    assert torch.equal(algo.aggregate(state, {}, {}, algo.context(0))["params"], torch.ones(4))
 
 
 def test_weighted_sum_is_order_independent_in_float64():
@@ -62,4 +62,4 @@ def test_local_only_trains_its_own_model_and_never_aggregates():
     assert update.sums == {} and torch.equal(update.state["params"], trained)
     later = algo.client_start(algo.broadcast(state), {}, update.state, client_info(FED, 0))
     assert torch.equal(later.train_params, trained)  # its own model, not the server's
-    assert algo.aggregate(state, {}, {}, 0) is state
+    assert algo.aggregate(state, {}, {}, algo.context(0)) is state

@@ -21,11 +21,14 @@ from fedsim.algorithms.fedvg import (
     validation_gradient,
 )
 from fedsim.algorithms.scaffold import Scaffold
+from fedsim.client_work import ClientWork, OptimizerSettings
 from fedsim.config import load_config
 from fedsim.data.build import build_federated_data
 from fedsim.data.datasets import ImageDataset
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
+from fedsim.round_context import static_context
+from fedsim.run_plan import ModelBuild
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.worker import ClientWorker, WorkerProbe, WorkerSpec
@@ -254,15 +257,17 @@ CNN = {"in_channels": 1, "num_classes": 10, "image_size": 28}
 
 
 def test_validation_gradient_on_the_worker_matches_the_official_loop(data):
-    spec = WorkerSpec(
-        "fedavg_cnn", CNN, FedVG(FedVG.Params(), _real_federation(data)),
-        batch_size=10, eval_batch_size=500, seed=0,
-    )  # fmt: skip
+    cfg = load_config(None, ["client.batch_size=10", "client.eval_batch_size=500", "seed=0"])
+    client = ClientWork.from_config(cfg, OptimizerSettings.from_config(cfg))
+    build = ModelBuild("fedavg_cnn", {}, CNN, client.optimizer)
+    spec = WorkerSpec(build, client, FedVG(FedVG.Params(), _real_federation(data)))
     worker = ClientWorker(spec, data)
     torch.manual_seed(1)
     params = torch.randn(worker.layout.total) * 0.05
     indices = np.arange(70)  # 3 batches: 32, 32, 6
-    ours = validation_gradient(WorkerProbe(worker, 0, 0), params, indices, 32)
+    ours = validation_gradient(
+        WorkerProbe(worker, 0, static_context(0, spec.algorithm.params)), params, indices, 32
+    )
     # the official loop (src/server/fedgrad.py get_gradients), on a fresh module
     model = build_model("fedavg_cnn", **CNN)
     with torch.no_grad():

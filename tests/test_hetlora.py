@@ -68,7 +68,7 @@ def test_zero_padded_aggregation_across_ranks_by_hand(aggregation):
         assert algorithm.download_nbytes(broadcast, payload, None) == 4 * rank * (2 + 2)
         for key, (weight, value) in update.sums.items():
             sums.setdefault(key, WeightedSum()).add(weight, value)
-    new = algorithm.aggregate(broadcast, sums, {}, 0)["params"]
+    new = algorithm.aggregate(broadcast, sums, {}, algorithm.context(0))["params"]
     a, b = new[:6].view(3, 2), new[6:].view(2, 3)
     if aggregation == "sparsity":  # |B_k A_k|_F: |[[2,0],[0,0]]| = 2, |[[0,3],[4,0]]| = 5, 5
         expected_a = torch.tensor([[7, 10], [5, 5], [5, 0]]) / 12

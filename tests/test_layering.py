@@ -31,11 +31,12 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "fedsim.checks", "fedsim.sizes", "fedsim.plugins", "fedsim.figures", "fedsim.metrics",
         "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",
-        "fedsim.streams", "fedsim.schedules", "fedsim.pretrained",
+        "fedsim.streams", "fedsim.schedules", "fedsim.pretrained", "fedsim.round_context",
     ),
     ("fedsim.data", "lightning_modules", "fedsim.storage", "fedsim.system"),
     ("fedsim.algorithm_params",),
     ("fedsim.config",),
+    ("fedsim.client_work",),
     ("fedsim.algorithms", "fedsim.run_folder", "fedsim.run_plan"),
     ("fedsim.deployment",),
     ("fedsim.runtime", "fedsim.tracking"),

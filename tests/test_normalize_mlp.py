@@ -107,5 +107,5 @@ def test_model_hidden_sets_the_mlps_layers():
     sim = Simulation(load_config(None, [*RELABEL, "model.name=mlp", "model.hidden=[32, 16, 8]"]))
     assert sim.federation.block_names == ["fc1", "fc2", "fc3", "fc"]
     assert sim.initial_params.numel() == 784 * 32 + 32 + 32 * 16 + 16 + 16 * 8 + 8 + 8 * 10 + 10
-    assert sim.worker_spec.model_kwargs["hidden"] == (32, 16, 8)
+    assert sim.worker_spec.model.kwargs["hidden"] == (32, 16, 8)
     assert MLP(hidden=(5,)).block_names == ("fc1", "fc")

@@ -195,7 +195,7 @@ def test_pfedme_server_mixes_the_mean_in_by_beta(beta):
     algo = PFedMe(PFedMeParams(beta=beta), federation([("w", (2,))], SIZES))
     x = torch.tensor([1.0, -1.0])
     sums = run_round_sums(algo, [torch.tensor([3.0, 1.0]), torch.tensor([-1.0, 5.0])])
-    new = algo.aggregate(algo.init_state(x), sums, {}, 0)
+    new = algo.aggregate(algo.init_state(x), sums, {}, algo.context(0))
     mean = (10 * torch.tensor([3.0, 1.0]) + 30 * torch.tensor([-1.0, 5.0])) / 40
     assert torch.allclose(new["params"], (1 - beta) * x + beta * mean)
 

@@ -15,6 +15,7 @@ from fedsim.algorithms.base import FederationInfo, WeightedSum
 from fedsim.cli import main
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
+from fedsim.round_context import static_context
 from fedsim.runtime.factory import make_executor
 from fedsim.simulation import Simulation
 from lightning_modules.registry import model_class
@@ -133,14 +134,17 @@ def test_fed_median_aggregates_the_coordinate_wise_median():
     info = FederationInfo(None, 5, 10, None, None, [], [], {})
     models = {c: torch.tensor([float(c), 10.0 - c, c * c]) for c in range(5)}
     state = {"params": torch.zeros(3)}
-    plain = FedMedian(FedMedianParams(), info).aggregate(state, {}, models, 0)
+    plain = FedMedian(FedMedianParams(), info).aggregate(state, {}, models, static_context(0, None))
     assert torch.equal(plain["params"], torch.tensor([2.0, 8.0, 4.0]))
     models[4] = torch.tensor([1e6, -1e6, 1e6])  # one corrupted client moves nothing
     trimmed = FedMedian(FedMedianParams(trim=1), info).aggregate(
-        state, {"x": WeightedSum()}, models, 0
+        state, {"x": WeightedSum()}, models, static_context(0, None)
     )
     assert torch.equal(trimmed["params"], torch.tensor([2.0, 8.0, 4.0]))
-    assert FedMedian(FedMedianParams(), info).aggregate(state, {}, {}, 0) is state
+    assert (
+        FedMedian(FedMedianParams(), info).aggregate(state, {}, {}, static_context(0, None))
+        is state
+    )
 
 
 def test_only_user_code_is_shipped_to_ray_workers():

@@ -15,9 +15,9 @@ from helpers import lent_ray_executor, untimed, wait_until_gone
 from ray import cloudpickle as ray_cloudpickle
 
 from fedsim.algorithms.fedavg import FedAvg
+from fedsim.client_work import LocalWork
 from fedsim.config import RuntimeConfig, load_config
 from fedsim.errors import ConfigError
-from fedsim.run_plan import LocalEpochs
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.runtime.factory import make_executor
 from fedsim.runtime.pool_plan import plan_pool
@@ -94,14 +94,14 @@ def test_pool_that_cannot_fit_is_a_config_error():
 
 
 def test_task_costs_follow_sample_counts_and_each_clients_epochs():
-    train, test, two = np.array([100, 10]), np.array([30, 3]), LocalEpochs(2)
+    train, test, two = np.array([100, 10]), np.array([30, 3]), LocalWork(2)
     big = task_cost(ClientTask(0, {}, None, evaluate=True, train=True), train, test, two)
     small = task_cost(ClientTask(1, {}, None, evaluate=True, train=True), train, test, two)
     assert big == 1 + 3 * 2 * 100 + 30 and small == 1 + 3 * 2 * 10 + 3
     assert task_cost(ClientTask(0, {}, None, evaluate=True, train=False), train, test, two) == 31
     assert task_cost(GradientTask(0, num_samples=8), train, test, two) == 1 + 3 * 8
     # client.epochs_by_client=[1,3]: client 1 trains three epochs, and costs that much
-    cycled = LocalEpochs(1, (1, 3))
+    cycled = LocalWork(1, (1, 3))
     task = ClientTask(1, {}, None, evaluate=False, train=True)
     assert task_cost(task, train, test, cycled) == 1 + 3 * 3 * 10
 
@@ -160,7 +160,7 @@ def test_gradient_task_is_the_mean_ce_gradient(sim):
     params = sim.initial_params
     out = worker.run(0, {"params": params}, [GradientTask(client=1, tag="full")]).outputs[0]
 
-    module = build_model(spec.model_name, **spec.model_kwargs)
+    module = build_model(spec.model.name, **spec.model.kwargs)
     flat, _ = bind_flat_parameters(module)
     flat.copy_(params)
     x, y = sim.data.batch(sim.data.clients[1].train)

@@ -17,7 +17,8 @@ import pytest
 from fedsim.config import load_config
 from fedsim.run_plan import (
     LearningRate,
-    LocalEpochs,
+    LocalWork,
+    ModelBuild,
     OptimizerSettings,
     default_buffer_size,
     resolve_run_plan,
@@ -26,19 +27,25 @@ from fedsim.run_plan import (
 REPO = Path(__file__).resolve().parents[1]
 
 
+def round_lrs(*overrides: str, rounds: int = 5) -> list[float]:
+    cfg = load_config(None, [f"rounds={rounds}", *overrides])
+    plan = resolve_run_plan(cfg, "local", 4)
+    return [plan.values.at(r).lr for r in range(rounds)]
+
+
 def test_learning_rate_of_each_round_by_hand():
-    constant = LearningRate(0.1)
-    assert not constant.scheduled and constant.at(7) == 0.1
-    exponential = LearningRate(0.1, "exponential", 0.5, rounds=10)
-    assert exponential.scheduled and exponential.at(3) == pytest.approx(0.1 * 0.125)
-    cosine = LearningRate(0.2, "cosine", rounds=4)
-    assert [cosine.at(r) for r in (0, 2, 4)] == pytest.approx([0.2, 0.1, 0.0])
-    assert cosine.scale(1) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert LearningRate(0.1).base == 0.1
+    assert round_lrs("client.lr=0.1") == [0.1] * 5
+    exponential = round_lrs("client.lr={schedule: exponential, initial: 0.1, decay: 0.5}")
+    assert exponential[3] == pytest.approx(0.1 * 0.125)
+    cosine = round_lrs("client.lr={schedule: cosine, initial: 0.2}", rounds=4)
+    assert [cosine[r] for r in (0, 2)] == pytest.approx([0.2, 0.1])
+    assert cosine[1] == pytest.approx(0.2 * 0.5 * (1 + math.cos(math.pi / 4)))
 
 
 def test_local_epochs_cycle_over_the_clients():
-    assert LocalEpochs(3).all(4) == [3, 3, 3, 3]
-    cycled = LocalEpochs(1, (4, 1, 2))
+    assert LocalWork(3).all(4) == [3, 3, 3, 3]
+    cycled = LocalWork(1, (4, 1, 2))
     assert cycled.all(5) == [4, 1, 2, 4, 1] and cycled.of(7) == 1
 
 
@@ -66,9 +73,8 @@ def test_optimizer_settings_reach_a_built_in_module_by_one_builder():
     cfg = load_config(None, ["client.optimizer=adam", "client.lr=0.01", "client.betas=[0.8,0.9]"])
     settings = OptimizerSettings.from_config(cfg)
     kwargs = {"in_channels": 1, "num_classes": 10, "image_size": 28}
-    module = build_client_model(
-        "fedavg_cnn", {}, {**kwargs, **settings.constructor_kwargs(False)}, settings
-    )
+    build = ModelBuild("fedavg_cnn", {}, {**kwargs, **settings.constructor_kwargs(False)}, settings)
+    module = build_client_model(build)
     optimizer = module.configure_optimizers()
     assert type(optimizer).__name__ == "Adam"
     assert optimizer.param_groups[0]["lr"] == 0.01
@@ -87,12 +93,12 @@ def test_the_simulation_hands_every_reader_the_plans_values():
     cfg = load_config(None, overrides)
     sim = Simulation(cfg, build_data(cfg))
     plan = sim.plan
-    assert sim.worker_spec.epochs is plan.epochs and sim.worker_spec.optimizer is plan.optimizer
-    assert sim.worker_spec.model_kwargs is plan.model.kwargs  # the one model build
-    assert plan.values.at(2).lr_scale == plan.lr.scale(2)  # the lr travels with the round
+    assert sim.worker_spec.client is plan.client  # a slice of the plan, not a copy
+    assert sim.worker_spec.model is plan.model  # the one model build
+    assert plan.values.at(2).lr_scale == pytest.approx(0.25)  # the lr travels with the round
     assert [plan.epochs.of(c) for c in range(6)] == [2, 1, 2, 1, 2, 1]  # the worker's ClientInfo
     assert len(sim.sample_cohort(0)) == plan.cohort_size == 3
-    assert plan.lr.at(2) == pytest.approx(0.005 * 0.25)
+    assert plan.values.at(2).lr == pytest.approx(0.005 * 0.25)
 
 
 def test_virtual_time_counts_each_clients_own_epochs():
@@ -100,8 +106,8 @@ def test_virtual_time_counts_each_clients_own_epochs():
 
     cfg = load_config(None, ["system.speeds=constant"])
     sizes = np.array([10, 10, 10])
-    _, same = compute_clock(cfg, sizes, LocalEpochs(1))
-    _, cycled = compute_clock(cfg, sizes, LocalEpochs(1, (1, 3)))
+    _, same = compute_clock(cfg, sizes, LocalWork(1))
+    _, cycled = compute_clock(cfg, sizes, LocalWork(1, (1, 3)))
     assert cycled.tolist() == [same[0], 3 * same[1], same[2]]
 
 
@@ -154,3 +160,14 @@ def test_no_second_derivation_of_the_plans_values():
         assert not any(name in text for text in sources.values()), name
     for path in ("fedsim/run_plan.py", "fedsim/runtime/worker.py", "fedsim/simulation.py"):
         assert "0.005" not in sources[path], path  # BUILT_IN_LR, from model_optimizer.py
+
+
+def test_the_old_lr_keys_are_a_schedule_on_client_lr_to_the_bit():
+    """``client.lr_schedule`` + ``lr_decay`` read as the schedule with the same formula."""
+    old = load_config(None, ["client.lr=0.05", "client.lr_schedule=exponential",
+                             "client.lr_decay=0.7"])  # fmt: skip
+    new = load_config(None, ["client.lr={schedule: exponential, initial: 0.05, decay: 0.7}"])
+    assert old.schedules == new.schedules and old.to_dict()["client"] == new.to_dict()["client"]
+    cosine = load_config(None, ["client.lr_schedule=cosine"])  # the built-in lr, to 0
+    assert cosine.schedules["client.lr"].to_dict() == {"schedule": "cosine", "initial": 0.005}
+    assert "lr_schedule" not in cosine.to_dict()["client"]

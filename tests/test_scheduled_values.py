@@ -1,7 +1,8 @@
 """Values that change over rounds (``fedsim/schedules.py``): each kind against a hand
 computation, the config's one-line refusals, and runs where a decaying, a warmed-up and a
 metric-adapted value reach the clients and the server, show in metrics.jsonl, resume exactly
-and come to a worker holding its own copy of the algorithm (as a Ray actor does)."""
+and come to a worker holding its own copy of the algorithm (as a Ray actor does) with each
+round's tasks."""
 
 from __future__ import annotations
 
@@ -162,11 +163,12 @@ def test_a_worker_with_its_own_copy_of_the_algorithm_gets_the_rounds_values():
     with apart:
         b = own.run(apart)
     assert torch.equal(a.state["params"], b.state["params"])
-    # the final evaluation round's (round 2), set by that round's broadcast
-    assert apart.worker.algorithm.params.mu == 0.025
+    # each round's value came with its tasks: the worker's copy still holds round 0's
+    assert apart.worker.algorithm.params.mu == 0.1 == own.algorithm.params.mu
 
 
 def test_the_decayed_value_is_not_a_constant_in_disguise():
     cfg = load_config(None, [*SMALL, DECAYING_MU])
-    plan_values = ScheduledValues(cfg.schedules, Simulation(cfg).plan.lr, cfg.rounds)
-    assert [plan_values.at(r).algorithm["mu"] for r in range(3)] == [0.1, 0.05, 0.025]
+    plan = Simulation(cfg).plan
+    plan_values = ScheduledValues(cfg.schedules, plan.lr, cfg.rounds, cfg.algorithm.params)
+    assert [plan_values.at(r).algorithm_params.mu for r in range(3)] == [0.1, 0.05, 0.025]

@@ -19,6 +19,7 @@ from fedsim.algorithms.base import (
     ClientPlan,
     ClientState,
     ClientUpdate,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -46,7 +47,7 @@ class FedMedian(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         if not individual:
             return state  # nobody finished this round: keep the model

@@ -112,8 +112,10 @@ class AggregationWeights:
         if "fedvg_scores" not in plan.context:
             plan.context["fedvg_scores"] = scorer.scores(client.probe, value)
         scores = plan.context["fedvg_scores"]
+        round_params = self.params if client.context is None else client.context.algorithm_params
+        eps = round_params.eps  # the round's (it takes a schedule)
         out = {
-            f"{key}/vg/{group}": (1.0 / (scores[group] + self.params.eps), part)
+            f"{key}/vg/{group}": (1.0 / (scores[group] + eps), part)
             for group, part in scorer.split(value).items()
         }
         if weighting == "avg":

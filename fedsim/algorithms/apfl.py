@@ -94,7 +94,8 @@ class APFL(OwnLoop):
         v = w if state is None else state["personal"]
         alpha = self.params.alpha if state is None else float(state["alpha"])
         batches = [b for epoch in self.epoch_batches(probe, plan, client) for b in epoch]
-        w, v, alpha, mean_loss = self.local_loop(probe, batches, w, v, alpha)
+        alpha_lr = self.round_params(client).alpha_lr  # the round's
+        w, v, alpha, mean_loss = self.local_loop(probe, batches, w, v, alpha, alpha_lr)
         if not (math.isfinite(mean_loss) and math.isfinite(alpha)):
             return ClientUpdate(train_loss=float("nan"))
         return ClientUpdate(
@@ -110,12 +111,13 @@ class APFL(OwnLoop):
         w: torch.Tensor,
         v: torch.Tensor,
         alpha: float,
+        alpha_lr: float | None,
     ) -> tuple[torch.Tensor, torch.Tensor, float, float]:
         """A client's steps on ``batches`` from (w, v, alpha), as in the module doc: the new
         (w, v, alpha) and the mean loss of w's steps; ``pfllib``: v is then the mixture it
-        keeps. ``w`` and ``v`` are not modified."""
+        keeps. ``w`` and ``v`` are not modified; ``alpha_lr``: the round's (None: the lr)."""
         lr = probe.lr
-        alpha_lr = lr if self.params.alpha_lr is None else self.params.alpha_lr
+        alpha_lr = lr if alpha_lr is None else alpha_lr
         paper = self.params.update == "paper"
         w, v = w.clone(), v.clone()
         losses = []
@@ -167,7 +169,8 @@ class APFL(OwnLoop):
             return w
         probe = self.needs_probe(client)
         batches = probe.batches(finetune_epochs, key=NEWCOMER_FINETUNE_KEY)
-        _, v, alpha, loss = self.local_loop(probe, batches, w, w, self.params.alpha)
+        alpha_lr = self.round_params(client).alpha_lr
+        _, v, alpha, loss = self.local_loop(probe, batches, w, w, self.params.alpha, alpha_lr)
         if not (math.isfinite(loss) and math.isfinite(alpha)):
             return w
         state = {"personal": v, "alpha": alpha}

@@ -23,7 +23,6 @@ draws without knowing the algorithm).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,6 +46,7 @@ from fedsim.algorithms.seam import (  # re-exported: the seam's names live here 
 )
 from fedsim.algorithms.sums import WeightedSum
 from fedsim.figures import Figure
+from fedsim.round_context import RoundContext, static_context
 from fedsim.sizes import nbytes
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ __all__ = [
     "FederationInfo",
     "ModelUpload",
     "NewcomerRule",
+    "RoundContext",
     "RoundReport",
     "ServerState",
     "WeightedSum",
@@ -83,17 +84,25 @@ class Algorithm:
     # main pass). The settings that act on the main pass (client optimizer keys, gradient
     # clipping, precision, label flipping) would not reach it, and are refused
     trains_in_own_loop: ClassVar[bool] = False
+    # True: the algorithm's math counts a client's local steps from its epochs (FedNova's
+    # tau); client.steps and client.grad_accumulation are then refused
+    counts_local_epochs: ClassVar[bool] = False
 
     def __init__(self, params: AlgorithmParams, federation: FederationInfo):
         self.params = params
         self.federation = federation
 
-    def use_values(self, values: dict[str, float]) -> None:
-        """This round's scheduled keys (``algorithm.<key>`` given as a schedule), set on
-        ``params`` by the driver and by every worker before the round's work; a subclass
-        that derives something from its params at construction refreshes it here."""
-        if values:
-            self.params = dataclasses.replace(self.params, **values)
+    def context(self, round_idx: int) -> RoundContext:
+        """Round ``round_idx`` with nothing scheduled (the params as built): what a unit test
+        or a finished run's figures hand the methods that take a round's context. A run's
+        rounds get theirs from the run plan."""
+        return static_context(round_idx, self.params)
+
+    def round_params(self, client: ClientInfo) -> AlgorithmParams:
+        """The params of ``client``'s round: a key given as a schedule has its value of the
+        round (``client.context``, from the run plan); a ``ClientInfo`` built without a
+        context (a unit test's) has nothing scheduled: the params as built."""
+        return self.params if client.context is None else client.context.algorithm_params
 
     # --- driver side ---
     def prepare_data(
@@ -124,9 +133,10 @@ class Algorithm:
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
-        """New server state from the reduced client sums (and individual uploads)."""
+        """New server state from the reduced client sums (and individual uploads); a key
+        given as a schedule is read from ``context.algorithm_params``."""
         return state
 
     def train_round(
@@ -166,11 +176,13 @@ class Algorithm:
         evaluates: bool = True,
         trains: bool = True,
         epochs: int = 1,
+        context: RoundContext | None = None,
     ) -> ClientInfo:
         """A client's ``ClientInfo``, the one place it is built: its data statistics from the
         federation (on the driver: no probe, nobody trained), or as the worker gives them
         (a held-out client's, an attacker's as its stages make them look), with what only
-        the worker knows (its probe, whether it evaluates and trains, its epochs)."""
+        the worker knows (its probe, whether it evaluates and trains, its epochs, the round's
+        ``context``)."""
         return ClientInfo(
             client=client,
             num_train=int(self.federation.train_sizes[client] if num_train is None else num_train),
@@ -181,6 +193,7 @@ class Algorithm:
             evaluates=evaluates,
             trains=trains,
             epochs=epochs,
+            context=self.context(round_idx) if context is None else context,
         )  # fmt: skip
 
     def personalized_params(

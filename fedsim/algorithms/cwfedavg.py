@@ -60,6 +60,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     ModelUpload,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -227,7 +228,7 @@ class CwFedAvg(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Per class j: sum_i n_i r_ij w_i / sum_i n_i r_ij; unchanged where nobody holds j."""
         class_models = state["class_models"].clone()
@@ -291,9 +292,10 @@ class CwFedAvg(Algorithm):
         r = self.client_r(broadcast, state, client)
         personalized = self.personalize(broadcast["class_models"], broadcast.get("params"), r)
         terms = None
-        if self.params.wdr_lambda > 0:
+        wdr_lambda = self.round_params(client).wdr_lambda  # the round's
+        if wdr_lambda > 0:
             proportions = torch.as_tensor(client.class_proportions, dtype=torch.float32)
-            terms = WDRTerms(self.weight_name, proportions, self.params.wdr_lambda)
+            terms = WDRTerms(self.weight_name, proportions, wdr_lambda)
         return ClientPlan(train_params=personalized, terms=terms)
 
     def client_finish(

@@ -77,13 +77,14 @@ class Ditto(FedAvg):
         personal: torch.Tensor,
         received: torch.Tensor,
         epochs: int,
+        mu: float,
         indices: np.ndarray | None = None,
         key: int = DITTO_PERSONAL_KEY,
         label: str | None = None,
     ) -> torch.Tensor:
         """v after ``epochs`` of SGD with the pull mu (v - w) to ``received`` (w); a pass whose
         loss diverges gives back (a copy of) ``personal``."""
-        terms = Pull(received, self.federation.layout, self.params.mu, "gradient")
+        terms = Pull(received, self.federation.layout, mu, "gradient")
         new_personal, loss = probe.train(
             personal, epochs=epochs, terms=terms, indices=indices, key=key, label=label
         )
@@ -99,11 +100,13 @@ class Ditto(FedAvg):
             raise RuntimeError("Ditto needs the worker's probe to train the personal model")
         received = plan.train_params
         personal = received if state is None else state["personal"]
+        params = self.round_params(client)  # the round's mu and personal epochs
         new_personal = self.personal_pass(
             client.probe,
             personal,
             received,
-            self.params.personal_epochs,
+            params.personal_epochs,
+            params.mu,
             indices=plan.train_indices,
             label="personal",  # its loss and self.log values beside the global pass's
         )
@@ -130,4 +133,7 @@ class Ditto(FedAvg):
             return w
         if client.probe is None:
             raise RuntimeError("Ditto needs the worker's probe to adapt a newcomer's model")
-        return self.personal_pass(client.probe, w, w, finetune_epochs, key=NEWCOMER_FINETUNE_KEY)
+        mu = self.round_params(client).mu
+        return self.personal_pass(
+            client.probe, w, w, finetune_epochs, mu, key=NEWCOMER_FINETUNE_KEY
+        )

@@ -47,6 +47,7 @@ from fedsim.algorithms.base import (
     ClientStates,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -124,7 +125,7 @@ class FC(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Split the clusters that qualify, then move each by its clients' mean update."""
         models = list(state["models"].clone())
@@ -132,7 +133,7 @@ class FC(Algorithm):
         tree = [state["tree"]]
         for cluster in range(len(models)):
             clients = sorted(c for c in individual if individual[c]["cluster"] == cluster)
-            if not clients or round_idx < self.params.split_after:
+            if not clients or context.round < self.params.split_after:
                 continue
             updates = torch.stack([individual[c]["update"] for c in clients])
             split, _, _ = split_decision(updates, self.params.eps1, self.params.eps2)
@@ -148,7 +149,7 @@ class FC(Algorithm):
             if len(second) > len(first):
                 moved += absent
             membership[moved] = new_id
-            tree.append(np.array([[round_idx, cluster, cluster, new_id]], dtype=np.int64))
+            tree.append(np.array([[context.round, cluster, cluster, new_id]], dtype=np.int64))
         for cluster in range(len(models)):
             clients = sorted(c for c in individual if membership[c] == cluster)
             if clients:

@@ -55,6 +55,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -132,7 +133,7 @@ class FedAMP(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Next round's peers: this round's uploads (kept as they were if nobody uploaded)."""
         if not individual:
@@ -159,16 +160,17 @@ class FedAMP(Algorithm):
         """Train (and evaluate) w_i with the pull to u_i (none when lamda is 0)."""
         own = broadcast["params"] if state is None else state["params"]
         terms = None
-        if self.params.lamda > 0:
+        p = self.round_params(client)  # the round's lamda, alpha_k and sigma
+        if p.lamda > 0:
             cloud = cloud_model(
                 own,
                 broadcast["peers"],
                 broadcast["peer_ids"],
                 client.client,
-                self.params.alpha_k,
-                self.params.sigma,
+                p.alpha_k,
+                p.sigma,
             )
-            mu = self.params.lamda / self.params.alpha_k  # of (mu/2) ||w - u_i||^2
+            mu = p.lamda / p.alpha_k  # of (mu/2) ||w - u_i||^2
             terms = Pull(cloud, self.federation.layout, mu, "two_pass")
         return ClientPlan(train_params=own, terms=terms)
 
@@ -193,16 +195,17 @@ class FedAMP(Algorithm):
         if client.probe is None:
             raise ValueError("FedAMP's newcomer rule trains on the newcomer's own data")
         terms = None
-        if self.params.lamda > 0:
+        p = self.round_params(client)
+        if p.lamda > 0:
             cloud = cloud_model(
                 start,
                 broadcast["peers"],
                 broadcast["peer_ids"],
                 client.client,  # never a peer's id: every peer counts
-                self.params.alpha_k,
-                self.params.sigma,
+                p.alpha_k,
+                p.sigma,
             )
-            mu = self.params.lamda / self.params.alpha_k
+            mu = p.lamda / p.alpha_k
             terms = Pull(cloud, self.federation.layout, mu, "two_pass")
         trained, _ = client.probe.train(
             start, epochs=finetune_epochs, terms=terms, key=NEWCOMER_FINETUNE_KEY

@@ -28,6 +28,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     ModelUpload,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -53,17 +54,10 @@ class FedAvg(Algorithm):
     def __init__(self, params: WeightingParams, federation: FederationInfo):
         super().__init__(params, federation)
         self.weighting = AggregationWeights(params, federation)
-        self.server = self.server_optimizer()
 
-    def use_values(self, values: dict[str, float]) -> None:
-        """A scheduled server key (``server_lr``, momentum, moments) rebuilds the server's step."""
-        super().use_values(values)
-        if values:
-            self.server = self.server_optimizer()
-
-    def server_optimizer(self) -> ServerOptimizer:
-        """The server's step from the clients' mean (subclasses without the keys override)."""
-        p = self.params
+    def server_optimizer(self, p: WeightingParams) -> ServerOptimizer:
+        """The server's step from the clients' mean with the keys of ``p`` (a round's params:
+        ``server_lr`` and the moments take a schedule; subclasses without the keys override)."""
         return ServerOptimizer(
             lr=p.server_lr, momentum=p.server_momentum, kind=p.server_optimizer,
             beta1=p.beta1, beta2=p.beta2, tau=p.tau,
@@ -76,25 +70,31 @@ class FedAvg(Algorithm):
         return self.weighting.prepare_data(data, load_dataset, seed)
 
     def init_state(self, initial_params: torch.Tensor) -> ServerState:
-        return {"params": initial_params.clone(), **self.server.init(initial_params)}
+        server = self.server_optimizer(self.params)  # round 0's keys: its moments' shapes
+        return {"params": initial_params.clone(), **server.init(initial_params)}
 
     def aggregate(
         self,
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         mean = self.weighting.mean(sums, "params")
         if mean is None:
             return state  # nobody finished this round: keep the model
-        return self.server_step(state, mean, sums)
+        return self.server_step(state, mean, sums, context)
 
     def server_step(
-        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
+        self,
+        state: ServerState,
+        mean: torch.Tensor,
+        sums: dict[str, WeightedSum],
+        context: RoundContext,
     ) -> ServerState:
-        """The new server state from the clients' weighted mean (SCAFFOLD, FedDyn extend)."""
-        return {**state, **self.server.step(state, mean)}
+        """The new server state from the clients' weighted mean, by the round's server keys
+        (SCAFFOLD, FedDyn extend)."""
+        return {**state, **self.server_optimizer(context.algorithm_params).step(state, mean)}
 
     # --- worker side ---
     def client_start(

@@ -31,6 +31,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -74,13 +75,13 @@ class FedDisco(Algorithm):
     )
     Params = FedDiscoParams
 
-    def weights(self, cohort: list[int]) -> np.ndarray:
+    def weights(self, cohort: list[int], params: FedDiscoParams) -> np.ndarray:
         """The weights of ``cohort`` (client ids), in that order."""
         return disco_weights(
             self.federation.train_sizes[cohort],
             self.federation.class_counts[cohort],
-            self.params.disco_a,
-            self.params.disco_b,
+            params.disco_a,
+            params.disco_b,
         )
 
     def aggregate(
@@ -88,13 +89,14 @@ class FedDisco(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         cohort = sorted(individual)
         if not cohort:
             return state
         total = torch.zeros_like(state["params"], dtype=torch.float64)
-        for weight, client in zip(self.weights(cohort).tolist(), cohort, strict=True):
+        weights = self.weights(cohort, context.algorithm_params)  # the round's a and b
+        for weight, client in zip(weights.tolist(), cohort, strict=True):
             total += weight * individual[client]["params"].to(torch.float64)
         return {**state, "params": total.to(torch.float32)}
 

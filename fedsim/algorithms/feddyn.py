@@ -23,6 +23,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -75,7 +76,7 @@ class FedDyn(FedAvg):
     )
     Params = FedDynParams
 
-    def server_optimizer(self) -> ServerOptimizer:
+    def server_optimizer(self, p: FedDynParams) -> ServerOptimizer:  # type: ignore[override]
         """Unused: FedDyn's server has its own rule (``server_step``)."""
         return ServerOptimizer()
 
@@ -95,7 +96,7 @@ class FedDyn(FedAvg):
             broadcast["params"],
             h_local,
             self.federation.layout,
-            self.params.alpha,
+            self.round_params(client).alpha,
             self.params.penalty == "squared",
         )
         plan.context.update(h_local=h_local, global_params=broadcast["params"])
@@ -110,7 +111,7 @@ class FedDyn(FedAvg):
         for name in plan.terms.parameter_names:  # w - g on the parameters (none: no step)
             s = layout.slice_of(name)
             drift[s] = trained[s] - plan.context["global_params"][s]
-        h_new = plan.context["h_local"] - self.params.alpha * drift
+        h_new = plan.context["h_local"] - self.round_params(client).alpha * drift
         update = super().client_finish(plan, trained, state, client)
         update.sums["drift"] = (1.0, drift)
         update.state = {"h": h_new}
@@ -122,10 +123,14 @@ class FedDyn(FedAvg):
         return nbytes([value for key, (_, value) in update.sums.items() if key != "drift"])
 
     def server_step(
-        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
+        self,
+        state: ServerState,
+        mean: torch.Tensor,
+        sums: dict[str, WeightedSum],
+        context: RoundContext,
     ) -> ServerState:
         """h <- h - alpha (1/N) sum_i (w_i - g); g = mean - h / alpha."""
-        alpha = self.params.alpha
+        alpha = context.algorithm_params.alpha
         drift = (sums["drift"].value / self.federation.num_clients).to(torch.float32)
         h = state["h"] - alpha * drift
         return {**state, "params": mean - h / alpha, "h": h}

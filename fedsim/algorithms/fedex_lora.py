@@ -41,6 +41,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     ModelUpload,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -101,11 +102,11 @@ class FedExLoRA(SharedPart):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """A and B: their weighted means; each residual: plus the mean of the products minus
         the product of those (float32) means, computed in float64."""
-        new = super().aggregate(state, sums, individual, round_idx)
+        new = super().aggregate(state, sums, individual, context)
         total = sums.get("products")
         if new is state or total is None or total.value is None or total.weight <= 0:
             return state

@@ -50,6 +50,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -158,7 +159,7 @@ class FedFomo(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Keep each upload for the others; P[i, n] += w_n (raw, as PFLlib)."""
         affinity = state["affinity"].clone()

@@ -27,6 +27,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     ModelUpload,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -38,6 +39,7 @@ class FedNova(Algorithm):
     """Each client's update divided by its local steps; the mean scaled by the mean steps."""
 
     name = "fednova"
+    counts_local_epochs = True  # tau_k = epochs x ceil(n_k / batch)
     newcomer = NewcomerRule(
         "the global model as it is",
         "the paper's: Wang et al. 2020: "
@@ -57,7 +59,7 @@ class FedNova(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         d, tau = sums.get("d"), sums.get("tau")
         if d is None or tau is None or d.value is None or tau.value is None or d.weight <= 0:

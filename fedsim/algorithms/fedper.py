@@ -49,6 +49,7 @@ from fedsim.algorithms.base import (
     FederationInfo,
     ModelUpload,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -131,11 +132,11 @@ class FedPer(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Each entry: weighted mean over the clients whose upload holds it; else unchanged."""
         params = state["params"]
-        if self.cold(round_idx):
+        if self.cold(context.round):
             total = sums.get("params")
             if total is None or total.weight <= 0:
                 return state

@@ -37,5 +37,6 @@ class FedProx(FedAvg):
         client: ClientInfo,
     ) -> ClientPlan:
         plan = super().client_start(broadcast, payload, state, client)
-        plan.terms = Pull(broadcast["params"], self.federation.layout, self.params.mu, "loss")
+        mu = self.round_params(client).mu  # the round's (it takes a schedule)
+        plan.terms = Pull(broadcast["params"], self.federation.layout, mu, "loss")
         return plan

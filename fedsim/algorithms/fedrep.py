@@ -56,7 +56,7 @@ class FedRep(BodyShared):
         """Evaluate body + own head; train the head (body frozen), then the body (head frozen)."""
         model = self.client_model(broadcast, state)
         plan = ClientPlan(train_params=model, frozen=self.head_names)
-        epochs = self.params.head_epochs
+        epochs = self.round_params(client).head_epochs  # the round's
         if client.trains and epochs > 0 and client.probe is not None:
             tuned, loss = client.probe.train(
                 model, epochs=epochs, frozen=self.shared_names(), key=FEDREP_HEAD_KEY

@@ -38,6 +38,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -201,7 +202,7 @@ class HetLoRA(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         """Zero-padded weighted mean: every upload counts (with zeros) in every entry of its
         group (the whole model, or with per-layer weights each module and the rest); a group

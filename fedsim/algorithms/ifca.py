@@ -42,6 +42,7 @@ from fedsim.algorithms.base import (
     ClientStates,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -108,7 +109,7 @@ class IFCA(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         row = np.full((1, self.federation.num_clients), -1, dtype=np.int8)
         for client, upload in individual.items():

@@ -105,10 +105,11 @@ class MOON(SharedPart):
         """Train the received global model; mu 0 trains on cross-entropy alone (FedAvg)."""
         model = broadcast["params"]
         plan = ClientPlan(train_params=model)
-        if self.params.mu > 0:
+        params = self.round_params(client)  # the round's mu and tau
+        if params.mu > 0:
             previous = model if state is None else state["previous"]
             plan.terms = ModelContrastive(
-                model, previous, self.federation.layout, self.params.mu, self.params.tau
+                model, previous, self.federation.layout, params.mu, params.tau
             )
         return plan
 

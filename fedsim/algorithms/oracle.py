@@ -25,6 +25,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -78,7 +79,7 @@ class Oracle(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         return {**state, "models": cluster_means(state["models"], sums)}
 

@@ -55,10 +55,10 @@ class PerFedAvg(OwnLoop):
         adapts=True,
     )
 
-    def step_sizes(self, probe: ClientProbe) -> tuple[float, float]:
-        """(alpha, beta): the inner and outer step sizes (null: the client's lr)."""
+    def step_sizes(self, probe: ClientProbe, p: PerFedAvgParams) -> tuple[float, float]:
+        """(alpha, beta): the inner and outer step sizes of the round's params ``p`` (null:
+        the client's lr)."""
         lr = probe.lr
-        p = self.params
         return (lr if p.alpha is None else p.alpha), (lr if p.beta is None else p.beta)
 
     def client_start(
@@ -72,14 +72,16 @@ class PerFedAvg(OwnLoop):
         theta = broadcast["params"]
         plan = ClientPlan(train_params=theta, epochs=0)
         if client.evaluates and client.probe is not None:
-            plan.eval_params = self.adapted(theta, client.probe)
+            plan.eval_params = self.adapted(theta, client.probe, self.round_params(client))
         return plan
 
-    def adapted(self, theta: torch.Tensor, probe: ClientProbe) -> torch.Tensor | None:
+    def adapted(
+        self, theta: torch.Tensor, probe: ClientProbe, params: PerFedAvgParams
+    ) -> torch.Tensor | None:
         """The model a client is evaluated with: theta - alpha grad f(theta; B), B the first
         minibatch of its train split seeded by (seed, round, client, PERFEDAVG_EVAL_KEY)
         (None: that loss is not finite; the client is evaluated with theta)."""
-        alpha, _ = self.step_sizes(probe)
+        alpha, _ = self.step_sizes(probe, params)
         batch = probe.batches(1, key=PERFEDAVG_EVAL_KEY)[0]
         grad, loss = probe.gradient(theta, batch)
         return theta - alpha * grad if math.isfinite(loss) else None
@@ -90,7 +92,7 @@ class PerFedAvg(OwnLoop):
         """The meta-trained theta it uploads, after the step its evaluation takes (the main
         pass does not run, so ``trained`` is the received model)."""
         theta = update.sums["shared"][1]
-        adapted = self.adapted(theta, self.needs_probe(client))
+        adapted = self.adapted(theta, self.needs_probe(client), self.round_params(client))
         return theta if adapted is None else adapted
 
     def newcomer_params(
@@ -105,14 +107,15 @@ class PerFedAvg(OwnLoop):
         theta = self.global_params(broadcast)
         if finetune_epochs == 0:
             return theta
-        adapted = self.adapted(theta, self.needs_probe(client))
+        adapted = self.adapted(theta, self.needs_probe(client), self.round_params(client))
         return theta if adapted is None else adapted
 
     def client_finish(
         self, plan: ClientPlan, trained: torch.Tensor, state: ClientState | None, client: ClientInfo
     ) -> ClientUpdate:
         probe = self.needs_probe(client)
-        alpha, beta = self.step_sizes(probe)
+        params = self.round_params(client)  # the round's alpha, beta and hf_delta
+        alpha, beta = self.step_sizes(probe, params)
         size = self.federation.batch_size
         theta = plan.train_params.clone()
         losses = []
@@ -128,7 +131,9 @@ class PerFedAvg(OwnLoop):
                 grad2, loss = probe.gradient(theta - alpha * grad1, second)
                 losses.append(loss)
                 if self.params.order == "hessian_free":
-                    grad2 = grad2 - alpha * self.hessian_product(probe, theta, grad2, first)
+                    grad2 = grad2 - alpha * self.hessian_product(
+                        probe, theta, grad2, first, params.hf_delta
+                    )
                 theta.sub_(grad2, alpha=beta)
         mean_loss = sum(losses) / max(len(losses), 1)
         if not math.isfinite(mean_loss):
@@ -136,14 +141,19 @@ class PerFedAvg(OwnLoop):
         return ClientUpdate(sums=self.shared_sums(theta, plan, client), train_loss=mean_loss)
 
     def hessian_product(
-        self, probe: ClientProbe, theta: torch.Tensor, vector: torch.Tensor, batch: np.ndarray
+        self,
+        probe: ClientProbe,
+        theta: torch.Tensor,
+        vector: torch.Tensor,
+        batch: np.ndarray,
+        hf_delta: float,
     ) -> torch.Tensor:
         """H(theta; batch) vector, by (grad(theta + r v) - grad(theta - r v)) / 2r with
         r = hf_delta / ||v|| (a step of length hf_delta)."""
         norm = float(vector.norm())
         if norm == 0.0 or not math.isfinite(norm):
             return torch.zeros_like(vector)
-        r = self.params.hf_delta / norm
+        r = hf_delta / norm
         plus, _ = probe.gradient(theta + r * vector, batch)
         minus, _ = probe.gradient(theta - r * vector, batch)
         return (plus - minus) / (2 * r)

@@ -35,6 +35,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -66,12 +67,12 @@ class PFedMe(OwnLoop):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         mean = shared_mean(sums)
         if mean is None:
             return state
-        beta = self.params.beta
+        beta = context.algorithm_params.beta  # the round's
         if beta == 1.0:
             return {**state, "params": mean}
         return {**state, "params": torch.lerp(state["params"], mean, beta)}
@@ -94,7 +95,9 @@ class PFedMe(OwnLoop):
     ) -> ClientUpdate:
         probe = self.needs_probe(client)
         batches = [b for epoch in self.epoch_batches(probe, plan, client) for b in epoch]
-        w, theta, mean_loss = self.local_loop(probe, batches, plan.train_params)
+        w, theta, mean_loss = self.local_loop(
+            probe, batches, plan.train_params, self.round_params(client)
+        )
         if not math.isfinite(mean_loss):
             return ClientUpdate(train_loss=mean_loss)
         return ClientUpdate(
@@ -104,12 +107,15 @@ class PFedMe(OwnLoop):
         )
 
     def local_loop(
-        self, probe: ClientProbe, batches: list[np.ndarray], x: torch.Tensor
+        self,
+        probe: ClientProbe,
+        batches: list[np.ndarray],
+        x: torch.Tensor,
+        p: PFedMeParams,
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """A client's loop on ``batches`` from the received model ``x`` (module doc): the local
         model w it uploads, the personal model theta it keeps, and the mean loss. ``x`` is not
-        modified."""
-        p = self.params
+        modified; ``p``: the round's params."""
         lr = probe.lr
         w = x.clone()
         theta = w.clone()
@@ -147,5 +153,5 @@ class PFedMe(OwnLoop):
             return x
         probe = self.needs_probe(client)
         batches = probe.batches(finetune_epochs, key=NEWCOMER_FINETUNE_KEY)
-        _, theta, loss = self.local_loop(probe, batches, x)
+        _, theta, loss = self.local_loop(probe, batches, x, self.round_params(client))
         return theta if math.isfinite(loss) else x

@@ -28,6 +28,7 @@ from fedsim.algorithms.base import (
     ClientState,
     ClientUpdate,
     NewcomerRule,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -81,9 +82,8 @@ class Scaffold(FedAvg):
     )
     Params = ScaffoldParams
 
-    def server_optimizer(self) -> ServerOptimizer:
+    def server_optimizer(self, p: ScaffoldParams) -> ServerOptimizer:  # type: ignore[override]
         """x - eta_g (x - mean), the step always taken (recorded results: also at eta_g 1)."""
-        p = self.params
         return ServerOptimizer(
             lr=p.global_lr, exact_mean=False, kind=p.server_optimizer,
             beta1=p.beta1, beta2=p.beta2, tau=p.tau,
@@ -122,12 +122,16 @@ class Scaffold(FedAvg):
         return update
 
     def server_step(
-        self, state: ServerState, mean: torch.Tensor, sums: dict[str, WeightedSum]
+        self,
+        state: ServerState,
+        mean: torch.Tensor,
+        sums: dict[str, WeightedSum],
+        context: RoundContext,
     ) -> ServerState:
         """x by the server optimizer; c += (1/N) sum dc."""
         dc = sums["dc"].value
         c = state["c"] + (dc / self.federation.num_clients).to(torch.float32)
-        return {**super().server_step(state, mean, sums), "c": c}
+        return {**super().server_step(state, mean, sums, context), "c": c}
 
 
 def _local_c(state: ClientState | None, c_global: torch.Tensor) -> torch.Tensor:

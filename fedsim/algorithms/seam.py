@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from fedsim.round_context import RoundContext
 from lightning_modules.adapters import AdapterParts
 from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
@@ -58,8 +59,8 @@ class ClientProbe(Protocol):
 
     @property
     def lr(self) -> float:
-        """The learning rate of this client's local steps this round (``client.lr`` under
-        ``client.lr_schedule``): for an algorithm's own SGD steps (pFedMe, APFL, FedRoD's
+        """The learning rate of this client's local steps this round (``client.lr``, a
+        schedule's value of the round): for an algorithm's own SGD steps (pFedMe, APFL, FedRoD's
         personal head)."""
         ...
 
@@ -103,6 +104,8 @@ class ClientInfo:
     # its local epochs this round (the run plan's: client.epochs / client.epochs_by_client);
     # on the driver, which trains nobody, 1
     epochs: int = 1
+    # the round's frozen settings: a scheduled key is read from ``context.algorithm_params``
+    context: RoundContext | None = field(default=None, compare=False, repr=False)
 
     @property
     def class_proportions(self) -> np.ndarray:

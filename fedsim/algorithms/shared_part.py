@@ -32,6 +32,7 @@ from fedsim.algorithms.base import (
     ClientUpdate,
     FederationInfo,
     ModelUpload,
+    RoundContext,
     ServerState,
     WeightedSum,
 )
@@ -71,7 +72,7 @@ class SharedPart(Algorithm):
         state: ServerState,
         sums: dict[str, WeightedSum],
         individual: dict[int, Any],
-        round_idx: int,
+        context: RoundContext,
     ) -> ServerState:
         mean = shared_mean(sums)
         if mean is None:
@@ -175,7 +176,7 @@ class FineTunedBeforeTest:
     def fine_tuned(self, model: torch.Tensor, client: ClientInfo) -> torch.Tensor:
         """``model`` after ``finetune_epochs`` epochs on the client's train split; ``model``
         itself when there are none, no probe, or the pass diverged."""
-        epochs = self.params.finetune_epochs
+        epochs = self.round_params(client).finetune_epochs  # the round's
         if epochs > 0 and client.probe is not None:
             tuned, loss = client.probe.train(model, epochs=epochs, key=FEDBABU_FINETUNE_KEY)
             if math.isfinite(loss):

@@ -23,6 +23,7 @@ from fedsim.checks import field_check, field_group
 from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
+from fedsim.config.lr_schedule import translate_lr_schedule
 from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.scheduled import check_schedules, take_schedules
 from fedsim.config.sections import AlgorithmConfig, ClientConfig
@@ -130,7 +131,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     """Validate a nested dict into an ExperimentConfig (algorithm params included)."""
     raw = dict(raw or {})
     raw.pop("tune", None)  # a search's options, read by `fedsim tune` (fedsim/search/)
-    for note in move_old_keys(raw):  # keys that moved to another section keep working
+    for note in [*move_old_keys(raw), *translate_lr_schedule(raw)]:  # old keys keep working
         print(f"fedsim: note: {note}", file=sys.stderr)
     algo_raw = raw.pop("algorithm", None)
     algo_raw = {} if algo_raw is None else algo_raw  # false, 0, [] are refused below

@@ -125,7 +125,8 @@ DEPENDENT: list[Rule] = [
     ("client.betas", "client.optimizer", lambda v: v in ("adam", "adamw"), "adam|adamw"),
     ("client.momentum", "client.optimizer", lambda v: v == "sgd", "sgd"),
     ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),
-    ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
+    ("client.epochs", "client.steps", lambda v: v is None, "null (steps replace epochs)"),
+    ("client.epochs_by_client", "client.steps", lambda v: v is None, "null (steps replace epochs)"),
     ("eval.finetune_epochs", "eval.holdout_clients", lambda v: v > 0, "a count or fraction > 0"),
     *[
         (f"system.{key}", "system.device_trace", lambda v: v is None, "null (a trace gives them)")

@@ -10,20 +10,26 @@ config is read, so ``config.yaml`` records what a run uses (null where the modul
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from fedsim.config.sections import ClientConfig
 from fedsim.errors import ConfigError
 
 BUILT_IN_LR = 0.005
 BUILT_IN_OPTIMIZER = "sgd"
+
+
+def _default(name: str) -> Any:
+    spec = {f.name: f for f in dataclasses.fields(ClientConfig)}[name]
+    return spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+
+
 # client keys a module with its own configure_optimizers decides itself, and their defaults
+# (ClientConfig's: the one home of the optimizer defaults)
 OWNED = {
-    "lr": None,
-    "optimizer": None,
-    "momentum": 0.0,
-    "nesterov": False,
-    "betas": [0.9, 0.999],
-    "weight_decay": 0.0,
+    key: _default(key)
+    for key in ("lr", "optimizer", "momentum", "nesterov", "betas", "weight_decay", "warmup_steps")
 }
 
 
@@ -36,6 +42,8 @@ def model_owns_optimizer(model_name: str) -> bool:
 
 
 def _instead(key: str) -> str:
+    if key == "warmup_steps":
+        return "warm its lr up with an lr_scheduler in its configure_optimizers"
     if key in ("lr", "momentum", "weight_decay"):
         return (
             f"set {key} in its configure_optimizers, or pass it to its constructor with "

@@ -103,11 +103,6 @@ def check_schedules(cfg: Any) -> None:
         check_values(key, schedule, cfg.rounds, field_check(type(owner), name))
         if schedule.adaptive:
             check_metric(key, schedule.settings["metric"], cfg)
-    if "client.lr" in cfg.schedules and c.lr_schedule != "constant":
-        raise ConfigError(
-            "client.lr_schedule", c.lr_schedule,
-            "client.lr is given as a schedule already: leave client.lr_schedule constant",
-        )  # fmt: skip
     owned = [k for k in ("client.lr", "client.momentum", "client.weight_decay")
              if k in cfg.schedules]  # fmt: skip
     if owned and c.optimizer is None:  # the module's own configure_optimizers decides them

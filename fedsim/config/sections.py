@@ -178,7 +178,6 @@ class ModelConfig:
 
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
-LR_SCHEDULES = ("constant", "exponential", "cosine")
 PRECISIONS = ("32", "bf16-mixed")
 
 
@@ -207,6 +206,17 @@ class ClientConfig:
     epochs_by_client: list | None = checked(
         None, _epochs_ok, "must be a non-empty list of integers >= 1 (or null)"
     )
+    # local optimizer steps a round instead of epochs (FlowerTune's unit for language models;
+    # each over client.grad_accumulation batches, the data reshuffled at each pass); null: epochs
+    steps: int | None = checked(
+        None, lambda v: v is None or v >= 1, "must be an integer >= 1 (or null: client.epochs)"
+    )
+    grad_accumulation: int = checked(  # batches whose gradients make one optimizer step
+        1, lambda v: v >= 1, "must be an integer >= 1"
+    )
+    warmup_steps: int = checked(  # lr warm-up within a client's training: step i x min(1, (i+1)/w)
+        0, lambda v: v >= 0, "must be an integer >= 0 (0: none)"
+    )
     # the client learning rate; null: 0.005 for a model that takes client.* (the built-ins),
     # and for a module with its own configure_optimizers, its own (set it with model.args)
     lr: float | None = checked(
@@ -230,14 +240,6 @@ class ClientConfig:
     weight_decay: float = checked(  # L2 (adamw: decoupled)
         0.0, lambda v: v >= 0, "must be >= 0", schedulable=True
     )
-    # the FL per-round decay, applied by the driver to every client of a round: constant |
-    # exponential (lr * lr_decay^round) | cosine (over rounds, to 0)
-    lr_schedule: str = checked(
-        "constant", lambda v: v in LR_SCHEDULES, f"allowed: {', '.join(LR_SCHEDULES)}"
-    )
-    lr_decay: float = checked(  # exponential: the factor per round
-        1.0, lambda v: 0 < v <= 1, "must be in (0, 1]"
-    )
     # Lightning's spelling: 32 | bf16-mixed (autocast to bfloat16 on CUDA; not on a CPU)
     precision: Any = checked("32", lambda v: str(v) in PRECISIONS, "allowed: 32, bf16-mixed")
     eval_batch_size: int = checked(500, lambda v: v >= 1, "must be >= 1")  # evaluation batch
@@ -247,15 +249,6 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         self.precision = str(self.precision)  # YAML reads 32 as a number
-
-
-def lr_scale(schedule: str, decay: float, rounds: int, round_idx: int) -> float:
-    """``client.lr_schedule``'s factor on ``client.lr`` in round ``round_idx`` (0-based)."""
-    if schedule == "exponential":
-        return decay**round_idx
-    if schedule == "cosine":
-        return 0.5 * (1 + math.cos(math.pi * min(round_idx, rounds) / max(rounds, 1)))
-    return 1.0
 
 
 @dataclass

@@ -115,7 +115,7 @@ class BufferedRounds(RoundKind):
         if plan.evaluated:
             worker_results = dispatch(
                 self.executor, self.algorithm, plan.round, state, store,
-                evaluate=plan.evaluated, values=plan.values(),
+                evaluate=plan.evaluated, context=plan.context(),
             ).worker_results  # fmt: skip
         evaluations = sorted_results(worker_results)
         work = RoundWork(
@@ -155,7 +155,9 @@ class BufferedRounds(RoundKind):
         )  # every update came on its own (``Rebase``): the partial sums are empty
         work.extras = {**combined.metrics, **work.extras}
         individual = {c.client: c.individual for c in kept if c.individual is not None}
-        state = self.algorithm.aggregate(state, combined.sums, individual, plan.round)
+        state = self.algorithm.aggregate(
+            state, combined.sums, individual, plan.context() or self.algorithm.context(plan.round)
+        )
         self.schedule = step.schedule
         keep = self.schedule.pending_versions() | {plan.round + 1}
         self.versions = {
@@ -181,7 +183,7 @@ class BufferedRounds(RoundKind):
                 self.executor, self.algorithm, version, self.versions[version], store,
                 train=[u.client for u in aggregation.updates if u.version == version],
                 prepare=lambda tasks, v=version: self.deployment.prepare(v, tasks, rebase),
-                values=plan.values(version),
+                context=plan.context(version),
             )  # fmt: skip
             worker_results += done.worker_results
             download += done.bytes_down

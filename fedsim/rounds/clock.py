@@ -1,9 +1,11 @@
 """The virtual clock both round kinds share: how long a client takes, whether it drops out,
 and how long its model takes to move.
 
-A client's compute time is its work (samples x local epochs) times its slowdown, drawn once
-from ``system.speeds`` (``draw_slowdowns``); whether it drops out of a dispatch is one seeded
-draw per (step, client) (``VirtualClock``); its transfers take bytes / bandwidth
+A client's compute time is the samples it trains on in a round (one formula:
+``fedsim.client_work.LocalWork.samples``) times its seconds per sample (a slowdown drawn once
+from ``system.speeds`` by ``draw_slowdowns``, times ``system.time_per_sample``, or a
+trace's); whether it drops out of a dispatch is one seeded draw per (step, client)
+(``VirtualClock``); its transfers take bytes / bandwidth
 (``transfer_seconds``, over its ``Network`` bandwidths). Synchronous rounds
 (``system_clock.py``) time the bytes each client really moved; asynchronous rounds
 (``buffered.py``) time a model's size each way before training. Both through these.
@@ -65,14 +67,14 @@ def draw_slowdowns(spec: str | SpeedSpec, num_clients: int, seed: Sequence[int])
 class VirtualClock:
     """Seeded virtual time of clients: durations, dropouts, arrival times (picklable)."""
 
-    slowdowns: np.ndarray
+    seconds_per_sample: np.ndarray  # each client's virtual seconds to train one sample
     dropout: float = 0.0
     seed: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         if not 0 <= self.dropout < 1:
             raise ValueError(f"system.dropout={self.dropout!r}: must be in [0, 1)")
-        self.slowdowns = np.asarray(self.slowdowns, dtype=np.float64)
+        self.seconds_per_sample = np.asarray(self.seconds_per_sample, dtype=np.float64)
         self.seed = tuple(int(s) for s in self.seed)
 
     @classmethod
@@ -83,8 +85,9 @@ class VirtualClock:
         return cls(draw_slowdowns(spec, num_clients, seed), dropout, tuple(seed))
 
     def durations(self, clients: Sequence[int], work: Sequence[float] | float) -> np.ndarray:
-        """Virtual time each client needs for ``work`` units (e.g. samples x epochs)."""
-        return np.asarray(work, dtype=np.float64) * self.slowdowns[np.asarray(clients, int)]
+        """Virtual time each client needs to train ``work`` samples (``ClientWork.samples``)."""
+        per_sample = self.seconds_per_sample[np.asarray(clients, int)]
+        return np.asarray(work, dtype=np.float64) * per_sample
 
     def dropped(self, clients: Sequence[int], step: int) -> np.ndarray:
         """Whether each client drops out of dispatch ``step`` (same (step, client), same answer).
@@ -93,7 +96,7 @@ class VirtualClock:
         depend on who else is in the cohort.
         """
         rng = np.random.default_rng(np.random.SeedSequence([*self.seed, DROPOUT_TAG, step]))
-        return rng.random(self.slowdowns.size)[np.asarray(clients, int)] < self.dropout
+        return rng.random(self.seconds_per_sample.size)[np.asarray(clients, int)] < self.dropout
 
     def arrivals(
         self,

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.client_work import LocalWork
 from fedsim.config import ExperimentConfig
 from fedsim.deployment.checks import check_rule
 from fedsim.errors import ConfigError, show_value
 from fedsim.rounds.clock import Network, VirtualClock, draw_slowdowns, transfer_seconds
-from fedsim.rounds.schedule import client_work
 from fedsim.rounds.system_clock import (
     AlwaysOnline,
     Availability,
@@ -28,7 +28,7 @@ from fedsim.rounds.system_clock import (
     Rules,
     SyncClock,
 )
-from fedsim.run_plan import LocalEpochs, RunPlan
+from fedsim.run_plan import RunPlan
 from fedsim.streams import NETWORK_TAG, SPEED_TAG
 from fedsim.system.traces import (
     AVAILABILITY_TRACE,
@@ -87,7 +87,7 @@ def trace_mapping(cfg: ExperimentConfig, num_clients: int) -> dict[str, Any]:
 
 
 def compute_clock(
-    cfg: ExperimentConfig, train_sizes: np.ndarray, epochs: LocalEpochs
+    cfg: ExperimentConfig, train_sizes: np.ndarray, local: LocalWork
 ) -> tuple[VirtualClock, np.ndarray]:
     """The clients' seconds per sample and dropout draws, and each client's round of
     training in virtual seconds (its samples x its own local epochs x seconds per sample)."""
@@ -101,7 +101,7 @@ def compute_clock(
         if s.time_per_sample != 1.0:
             per_sample = per_sample * s.time_per_sample
     clock = VirtualClock(per_sample, s.dropout, seed)
-    work = client_work(train_sizes, np.asarray(epochs.all(n), dtype=np.int64))
+    work = local.all_samples(train_sizes)  # epochs or steps, accumulation: one formula
     durations = clock.durations(range(n), work)
     if not (np.all(np.isfinite(durations)) and np.all(durations > 0)):
         key, value = (
@@ -154,7 +154,7 @@ def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:
 def sync_clock(cfg: ExperimentConfig, plan: RunPlan, train_sizes: np.ndarray) -> SyncClock:
     """The virtual clock of a synchronous run (``system.*``; see system_clock.py)."""
     s, n = cfg.system, len(train_sizes)
-    clock, compute = compute_clock(cfg, train_sizes, plan.epochs)
+    clock, compute = compute_clock(cfg, train_sizes, plan.client.local)
     rules = Rules(plan.cohort_size, s.overcommit, s.deadline, s.min_clients, s.short_round)
     check_rules(cfg, rules, compute)
     return SyncClock(clock, compute, network(cfg, n), availability(cfg, n), rules, cfg.seed)

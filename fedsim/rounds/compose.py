@@ -53,6 +53,7 @@ def check_round_kind(
     a, name = cfg.asynchronous, cfg.algorithm.name
     if algorithm.trains_in_own_loop:
         check_own_loop(cfg)
+    check_local_work(cfg, algorithm, kind)
     if kind == "exchange":
         if a.enabled:
             raise ConfigError(
@@ -116,6 +117,9 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
         ("client.nesterov", c.nesterov, bool(c.nesterov)),
         ("client.weight_decay", c.weight_decay, c.weight_decay != 0),
         ("client.clip_grad_norm", c.clip_grad_norm, c.clip_grad_norm is not None),
+        ("client.steps", c.steps, c.steps is not None),
+        ("client.grad_accumulation", c.grad_accumulation, c.grad_accumulation != 1),
+        ("client.warmup_steps", c.warmup_steps, c.warmup_steps != 0),
         ("client.precision", c.precision, c.precision != "32"),
         ("attack.kind", cfg.attack.kind, cfg.attack.kind == "label_flip"),
     ]
@@ -125,6 +129,20 @@ def check_own_loop(cfg: ExperimentConfig) -> None:
                 key, value, f"algorithm.name={name} trains clients in its own plain-SGD loop, "
                 "which this setting does not reach; leave it at its default",
             )  # fmt: skip
+
+
+def check_local_work(cfg: ExperimentConfig, algorithm: Algorithm, kind: str) -> None:
+    """ConfigError for local steps or accumulation where a client's work is counted in epochs
+    (FedNova's tau: ``Algorithm.counts_local_epochs``) or no main pass runs (exchanges)."""
+    c, name = cfg.client, cfg.algorithm.name
+    given = [("client.steps", c.steps, c.steps is not None),
+             ("client.grad_accumulation", c.grad_accumulation, c.grad_accumulation != 1)]
+    why = ("trains by gradient exchanges, not local passes" if kind == "exchange"
+           else "counts a client's local steps from its epochs" if algorithm.counts_local_epochs
+           else "")  # fmt: skip
+    for key, value, on in given:
+        if on and why:
+            raise ConfigError(key, value, f"algorithm.name={name} {why}; leave it at its default")
 
 
 def async_plan(
@@ -137,7 +155,7 @@ def async_plan(
     threshold; K and C from the run plan). ``model_bytes``: what each client downloads
     (and uploads back: a model-sized update) in a round."""
     a = cfg.asynchronous
-    clock, durations = compute_clock(cfg, train_sizes, plan.epochs)
+    clock, durations = compute_clock(cfg, train_sizes, plan.client.local)
     if model_bytes is not None:
         durations = durations + transfer_times(cfg, model_bytes)
     assert plan.concurrency is not None

@@ -5,8 +5,8 @@ the results.
 server state and the store; evaluate and/or train; a held-out client, from
 ``federation.num_clients`` on, is evaluated as a newcomer with no state), lets the caller
 attach what the deployment decides (``prepare``), counts what the trained clients download,
-and runs the tasks through ``Executor.run_round`` with the round's scheduled values
-(``values``) beside the broadcast. Results come back ordered by client, so
+and runs the tasks through ``Executor.run_round``, each task with the round's frozen
+``RoundContext`` (``context``). Results come back ordered by client, so
 nothing depends on which worker ran which client.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from fedsim.algorithms.base import Algorithm, ServerState
+from fedsim.round_context import RoundContext
 from fedsim.rounds.kind import sorted_results
-from fedsim.run_plan import ROUND_VALUES, RoundValues
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.worker import ClientResult, ClientTask, WorkerResult
 from fedsim.storage import ClientStateStore
@@ -50,7 +50,7 @@ def dispatch(
     evaluate: Collection[int] = (),
     train: Collection[int] = (),
     prepare: Callable[[list[ClientTask]], None] | None = None,
-    values: RoundValues | None = None,
+    context: RoundContext | None = None,
 ) -> Dispatched:
     """Run round ``round_idx``'s tasks of the clients in ``evaluate`` and ``train``, each
     from ``state`` (see the module docstring)."""
@@ -66,6 +66,7 @@ def dispatch(
             state=store.get(c),
             evaluate=c in evaluated,
             train=c in trained,
+            context=context,
         )
         if c < members
         else ClientTask(
@@ -75,6 +76,7 @@ def dispatch(
             evaluate=True,
             train=False,
             newcomer=True,
+            context=context,
         )
         for c in sorted(evaluated | trained)
     ]
@@ -83,8 +85,6 @@ def dispatch(
     downloads = {
         t.client: algorithm.download_nbytes(broadcast, t.payload, t.state) for t in tasks if t.train
     }
-    if values is not None:  # the round's scheduled values travel with the broadcast
-        broadcast = {**broadcast, ROUND_VALUES: values}
     return Dispatched(executor.run_round(round_idx, broadcast, tasks), downloads)
 
 

@@ -41,7 +41,7 @@ class ExchangeRounds(RoundKind):
     def work(self, plan: RoundPlan, state: ServerState, store: ClientStateStore) -> RoundWork:
         done = dispatch(
             self.executor, self.algorithm, plan.round, state, store,
-            evaluate=plan.evaluated, values=plan.values(),
+            evaluate=plan.evaluated, context=plan.context(),
         )  # fmt: skip
         work = RoundWork(results=done.results, worker_results=done.worker_results)
         if plan.training:  # many gradient exchanges, after the round's evaluation

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsim.algorithms.base import ServerState
-from fedsim.run_plan import RoundValues, ScheduledValues
+from fedsim.round_context import RoundContext
+from fedsim.run_plan import ScheduledValues
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.storage import ClientStateStore
@@ -34,9 +35,9 @@ class RoundPlan:
     cohort: frozenset[int]  # the clients sampled to train (join_ratio); a kind may not use it
     scheduled: ScheduledValues | None = field(default=None, compare=False)  # the run plan's
 
-    def values(self, round_idx: int | None = None) -> RoundValues | None:
-        """The scheduled values of this round (or of ``round_idx``: an asynchronous client's
-        server version), as the workers get them."""
+    def context(self, round_idx: int | None = None) -> RoundContext | None:
+        """The frozen context of this round (or of ``round_idx``: an asynchronous client's
+        server version), as the driver's algorithm and the client tasks get it."""
         if self.scheduled is None:
             return None
         return self.scheduled.at(self.round if round_idx is None else round_idx)

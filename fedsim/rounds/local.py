@@ -89,7 +89,9 @@ class LocalRounds(RoundKind):
         combined = self.deployment.combine(plan.round, [w.sums for w in work.worker_results], kept)
         work.extras = {**combined.metrics, **work.extras}
         individual = {c.client: c.individual for c in kept if c.individual is not None}
-        return self.algorithm.aggregate(state, combined.sums, individual, plan.round)
+        return self.algorithm.aggregate(
+            state, combined.sums, individual, plan.context() or self.algorithm.context(plan.round)
+        )
 
     def _dispatch(
         self,
@@ -105,7 +107,7 @@ class LocalRounds(RoundKind):
             prepare=lambda tasks: self.deployment.prepare(
                 plan.round, tasks, individual=self.gates
             ),
-            values=plan.values(),
+            context=plan.context(),
         )  # fmt: skip
 
     def _timed_work(

@@ -81,9 +81,6 @@ class RoundLoop:
             if evaluating and (c >= members or self.algorithm.evaluates(c))
         ]
         cohort = self.sample_cohort(round_idx) if training else []
-        # the round's scheduled algorithm keys, on the driver's algorithm (each worker sets
-        # its own copy's from the values that come with the round's broadcast)
-        self.algorithm.use_values(self.values.at(round_idx).algorithm)
         return RoundPlan(
             round_idx, training, frozenset(evaluated), frozenset(cohort), self.values
         )
@@ -144,7 +141,7 @@ class RoundLoop:
         if failed:
             summary["warnings"] = [failure_warning(failed, work.cohort, diverged)]
         if plan.training:  # the lr every client used and the round's scheduled keys
-            summary.update(self.values.at(plan.round).recorded(self.values.lr_scheduled))
+            summary.update(self.values.at(plan.round).recorded)
         if plan.training:
             summary["bytes_down"] = work.bytes_down
             summary["bytes_up"] = sum(c.upload_bytes for c in work.results)

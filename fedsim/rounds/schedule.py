@@ -3,9 +3,10 @@
 The buffered round kind (``buffered.py``) asks it for each aggregation; its ``state_dict``
 (the clients in flight, the buffer, the clock) is part of a checkpoint.
 
-A client's round takes ``work x slowdown`` units of virtual time (work: the samples it trains
-on, times the local epochs; slowdown: drawn from ``system.speeds``). The schedule does
-not depend on what clients compute, so it is fixed by the seed before any training runs:
+A client's round takes ``samples x seconds per sample`` of virtual time (samples: what it
+trains on, ``fedsim.client_work.LocalWork.samples``; seconds per sample: ``system.speeds``).
+The schedule does not depend on what clients compute, so it is fixed by the seed before any
+training runs:
 
 - ``concurrency`` C clients train at once. A free slot is filled at once with a client drawn
   uniformly (seeded by the dispatch number) from those neither training nor waiting in the
@@ -208,7 +209,3 @@ class AsyncSchedule:
 def _flight_order(f: Flight) -> tuple[float, int, int]:
     return (f.arrives, f.client, f.step)
 
-
-def client_work(train_sizes: Sequence[int] | np.ndarray, epochs: int) -> np.ndarray:
-    """Work units of one client round: samples trained on (train split x local epochs)."""
-    return np.asarray(train_sizes, dtype=np.float64) * epochs

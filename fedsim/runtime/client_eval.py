@@ -20,7 +20,7 @@ def evaluate_client_models(
     returns the parameters left in the module (``worker``: the ``ClientWorker``; ``out``:
     its ``ClientResult``)."""
     began = time.perf_counter()
-    model = worker.spec.eval_model
+    model = worker.spec.client.eval_model
     in_place = params
     if model != "personal":  # first: the personal model's stay in place for training
         in_place = worker.algorithm.global_params(broadcast)

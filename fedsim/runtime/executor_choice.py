@@ -51,7 +51,7 @@ class RunWork:
         at an evaluation, the evaluations, the parameters."""
         plan, data, cfg = simulation.plan, simulation.data, simulation.cfg
         sizes = data.train_sizes().astype(float)
-        epochs = sum(e * n for e, n in zip(plan.epochs.all(plan.num_clients), sizes, strict=True))
+        epochs = float(plan.client.local.all_samples(sizes).sum())  # samples a round, all
         return cls(
             rounds=cfg.rounds,
             train_samples=float(epochs) * plan.cohort_size / max(plan.num_clients, 1),

@@ -63,7 +63,7 @@ def gradient(
         samples,
         grad,
         worker.layout,
-        batch_size=worker.spec.eval_batch_size,
+        batch_size=worker.spec.client.eval_batch_size,
         train_mode=task.train_mode,
         device=worker.device,
     )
@@ -80,7 +80,9 @@ def task_samples(
     samples = worker.data.split(task.client).train if task.indices is None else task.indices
     samples = np.asarray(samples, dtype=np.int64)
     if task.num_samples is not None and task.num_samples < len(samples):
-        rng = np.random.default_rng([worker.spec.seed, round_idx, task.client, kind, task.key])
+        rng = np.random.default_rng(
+            [worker.spec.client.seed, round_idx, task.client, kind, task.key]
+        )
         samples = np.sort(rng.choice(samples, size=task.num_samples, replace=False))
     return samples
 
@@ -135,7 +137,7 @@ def stacked_gradients(
     groups: dict[tuple[int, int], list[int]] = {}
     for j, (row, samples) in enumerate(task.at):
         size = len(samples)
-        if worker.vmappable and 0 < size <= worker.spec.eval_batch_size:
+        if worker.vmappable and 0 < size <= worker.spec.client.eval_batch_size:
             groups.setdefault((row, size), []).append(j)
         else:
             groups.setdefault((row, -1 - j), []).append(j)  # one at a time
@@ -158,7 +160,9 @@ def stacked_gradients(
             continue
         (j,) = entries
         seed_torch(
-            torch_seed(worker.spec.seed, round_idx, task.client, STACKED_GRADIENT_KIND, row, j),
+            torch_seed(
+                worker.spec.client.seed, round_idx, task.client, STACKED_GRADIENT_KIND, row, j
+            ),
             worker.device,
         )
         grad = torch.zeros_like(worker.flat)
@@ -168,7 +172,7 @@ def stacked_gradients(
             np.asarray(task.at[j][1], dtype=np.int64),
             grad,
             worker.layout,
-            batch_size=worker.spec.eval_batch_size,
+            batch_size=worker.spec.client.eval_batch_size,
             train_mode=task.train_mode,
             device=worker.device,
         )
@@ -190,12 +194,12 @@ def curvature(
     """The top Hessian eigenvalue of the client's loss at the task's parameters."""
     worker.flat.copy_(broadcast["params"] if task.params is None else task.params)
     samples = task_samples(worker, round_idx, task, CURVATURE_KIND)
-    seed = torch_seed(worker.spec.seed, round_idx, task.client, CURVATURE_KIND, task.key)
+    seed = torch_seed(worker.spec.client.seed, round_idx, task.client, CURVATURE_KIND, task.key)
     eigenvalue = hessian_top_eigenvalue(
         worker.module,
         worker.data,
         samples,
-        batch_size=worker.spec.eval_batch_size,
+        batch_size=worker.spec.client.eval_batch_size,
         iterations=task.iterations,
         generator=torch.Generator().manual_seed(seed),
         device=worker.device,

@@ -16,27 +16,22 @@ from torch import nn
 
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
-from fedsim.run_plan import OptimizerSettings
+from fedsim.run_plan import ModelBuild
 from fedsim.runtime.training import prepare_batch
 from lightning_modules.registry import build_model
 
 SAMPLE_SIZE = 2
 
 
-def build_client_model(
-    name: str,
-    args: dict[str, Any],
-    kwargs: dict[str, Any],
-    optimizer: OptimizerSettings,
-    weights: bool = True,
-) -> nn.Module:
+def build_client_model(build: ModelBuild, weights: bool = True) -> nn.Module:
     """The model clients train, on the driver (its template) and in every worker alike:
-    ``kwargs`` hold the data's shapes, the algorithm's adapter variant and the optimizer's
-    constructor part, and the rest of ``client.optimizer``'s settings is set on a built-in
-    module here (one route). ``weights=False`` (the driver's template, which runs no model):
-    a pretrained base's structure only, for a model that takes ``weights``."""
-    module = build_model(name, args, **kwargs, **({} if weights else {"weights": False}))
-    optimizer.apply(module)
+    ``build.kwargs`` hold the data's shapes, the algorithm's adapter variant and the
+    optimizer's constructor part, and the rest of ``client.optimizer``'s settings is set on a
+    built-in module here (one route). ``weights=False`` (the driver's template, which runs
+    no model): a pretrained base's structure only, for a model that takes ``weights``."""
+    module = build_model(build.name, build.args, **build.kwargs,
+                         **({} if weights else {"weights": False}))  # fmt: skip
+    build.apply(module)
     return module
 
 

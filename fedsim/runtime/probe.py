@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fedsim.gradient_tasks import GradientTask
+from fedsim.round_context import RoundContext
 from fedsim.runtime.training import (
     EvalResult,
     all_finite,
@@ -25,9 +26,11 @@ from lightning_modules.hooks import ClientTerms
 class WorkerProbe:
     """One client's probe (see ``ClientProbe``)."""
 
-    def __init__(self, worker: Any, client: int, round_idx: int):
-        """``worker``: the ``ClientWorker`` (its module, flat buffer, data, spec)."""
-        self.worker, self.client, self.round_idx = worker, client, round_idx
+    def __init__(self, worker: Any, client: int, context: RoundContext):
+        """``worker``: the ``ClientWorker`` (its module, flat buffer, data, spec);
+        ``context``: the round's (its lr, optimizer settings and clipping)."""
+        self.worker, self.client, self.context = worker, client, context
+        self.round_idx = context.round
         self.logged: dict[str, float] = {}  # what labelled extra passes recorded (train/...)
         split = worker.data.split(client)
         self.train_indices, self.test_indices = split.train, split.test
@@ -51,9 +54,11 @@ class WorkerProbe:
         worker = self.worker
         samples = self.train_indices if indices is None else np.asarray(indices, np.int64)
         generator = torch.Generator().manual_seed(
-            torch_seed(worker.spec.seed, self.round_idx, self.client, PROBE_BATCHES_KIND, key)
+            torch_seed(
+                worker.spec.client.seed, self.round_idx, self.client, PROBE_BATCHES_KIND, key
+            )
         )
-        size, out = worker.spec.batch_size, []
+        size, out = worker.spec.client.local.batch_size, []
         for _ in range(epochs):
             order = samples[torch.randperm(len(samples), generator=generator).numpy()]
             out += [order[start : start + size] for start in range(0, len(order), size)]
@@ -62,8 +67,8 @@ class WorkerProbe:
     @property
     def lr(self) -> float:
         """This round's lr from the run plan (the module's optimizer's first parameter group,
-        times ``client.lr_schedule``'s factor): what the worker's main pass steps with."""
-        return self.worker.values.lr
+        times the round's factor): what the worker's main pass steps with."""
+        return self.context.lr  # type: ignore[return-value]
 
     def train(
         self,
@@ -83,7 +88,9 @@ class WorkerProbe:
         if epochs < 1 or all(n in frozen_set for n, _ in module.named_parameters()):
             return params.detach().to("cpu", copy=True), 0.0
         worker.flat.copy_(params)
-        seed = torch_seed(worker.spec.seed, self.round_idx, self.client, PROBE_TRAIN_KIND, key)
+        seed = torch_seed(
+            worker.spec.client.seed, self.round_idx, self.client, PROBE_TRAIN_KIND, key
+        )
         seed_torch(seed, worker.device)
         with frozen_parameters(module, frozen):
             result = train_client(
@@ -91,14 +98,14 @@ class WorkerProbe:
                 worker.data,
                 self.train_indices if indices is None else np.asarray(indices, dtype=np.int64),
                 epochs=epochs,
-                batch_size=worker.spec.batch_size,
+                batch_size=worker.spec.client.local.batch_size,
                 generator=torch.Generator().manual_seed(seed),
                 device=worker.device,
                 terms=terms,
-                clip_grad_norm=worker.clip_grad_norm,
-                lr_scale=worker.values.lr_scale,
-                optimizer_settings=worker.values.optimizer_settings,
-                bf16=worker.spec.bf16,
+                clip_grad_norm=self.context.clip_grad_norm,
+                lr_scale=self.context.lr_scale,
+                optimizer_settings=self.context.optimizer,
+                bf16=worker.spec.client.bf16,
             )
         if label:  # the pass's own metrics, beside the main pass's: train/<label>/...
             self.logged[f"{label}/train_loss"] = result.mean_loss

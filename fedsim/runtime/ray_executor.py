@@ -69,7 +69,7 @@ class RayExecutor(Executor):
                 2 * self.num_workers if max_failures_per_round is None else max_failures_per_round
             )
             self._spec = dataclasses.replace(spec, num_threads=self.plan.threads)
-            self._epochs = spec.epochs
+            self._epochs = spec.client.local
             self._train_sizes = data.train_sizes(newcomers=True)  # held-out clients too
             self._test_sizes = data.test_sizes(newcomers=True)
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays

@@ -23,7 +23,7 @@ def plugin_runtime_env(spec: WorkerSpec, data: FederatedData) -> dict[str, Any]:
     The model named by path, the algorithm's classes and the dataset's class must import
     in every actor. Empty when only fedsim's own (or installed) code is in use: no cost.
     """
-    names = [spec.model_name.partition(":")[0]] if is_import_path(spec.model_name) else []
+    names = [spec.model.name.partition(":")[0]] if is_import_path(spec.model.name) else []
     names += [cls.__module__ for cls in type(spec.algorithm).__mro__]
     for part in (getattr(spec.algorithm, "params", None), getattr(data, "dataset", None)):
         names.append(type(part).__module__)

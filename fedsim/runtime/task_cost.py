@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsim.client_work import LocalWork
 from fedsim.gradient_tasks import CurvatureTask, GradientTask
-from fedsim.run_plan import LocalEpochs
 from fedsim.runtime.worker import ClientTask, Task
 
 TRAIN_COST_PER_SAMPLE = 3.0  # forward + backward ~ 3 forwards; evaluation costs 1 per sample
@@ -13,14 +13,14 @@ TASK_COST_FIXED = 1.0  # per task, so that tiny tasks still spread
 
 
 def task_cost(
-    task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, epochs: LocalEpochs
+    task: Task, train_sizes: np.ndarray, test_sizes: np.ndarray, local: LocalWork
 ) -> float:
     """Relative compute of a task, in sample-forward units (used to balance workers); a
-    client trains for its own local epochs (``client.epochs_by_client``)."""
+    client trains the samples of its own local work (``LocalWork.samples``)."""
     cost = TASK_COST_FIXED
     if isinstance(task, ClientTask):
         if task.train:
-            cost += TRAIN_COST_PER_SAMPLE * epochs.of(task.client) * float(train_sizes[task.client])
+            cost += TRAIN_COST_PER_SAMPLE * local.samples(task.client, train_sizes[task.client])
         if task.evaluate:
             cost += float(test_sizes[task.client])
         if task.newcomer:  # its rule may adapt on its train split (about one pass)

@@ -11,6 +11,7 @@ model train the same way under every algorithm.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,14 +24,13 @@ from fedsim.data.federated import FederatedData
 from fedsim.runtime.lightning_steps import (
     LogCapture,
     capture_logs,
-    defined_hooks,
     reset_metrics,
     resolve_optimizers,
-    step_loss,
     step_schedulers,
 )
+from fedsim.runtime.train_step import TrainStep
 from lightning_modules.base import FLModule
-from lightning_modules.flat_params import ParamLayout, state_parameters
+from lightning_modules.flat_params import ParamLayout
 from lightning_modules.hooks import ClientTerms
 
 
@@ -77,6 +77,7 @@ class TrainResult:
     finite: bool
     logged: dict[str, float] = field(default_factory=dict)  # self.log values, mean per name
     optimizer_state: dict[str, Any] | None = None  # when asked to keep it
+    optimizer_steps: int = 0  # optimizer steps taken (steps: batches trained on)
 
 
 @dataclass
@@ -105,13 +106,16 @@ def train_client(
     optimizer_state: dict[str, Any] | None = None,
     keep_optimizer_state: bool = False,
     optimizer_settings: dict[str, float] | None = None,
+    steps: int | None = None,
+    accumulation: int = 1,
+    warmup_steps: int = 0,
 ) -> TrainResult:
     """SGD (or the module's own optimizer) over the client's samples, shuffled per epoch;
     stops at the first non-finite loss.
 
     The module's ``configure_optimizers`` is honoured as Lightning's Trainer honours it
     (``lightning_steps.py``: one optimizer, its schedulers stepped per step or epoch);
-    ``lr_scale`` multiplies every parameter group's initial lr (``client.lr_schedule``).
+    ``lr_scale`` multiplies every parameter group's initial lr (a schedule on ``client.lr``).
     ``terms`` (the algorithm's client terms, ``ClientTerms``): ``objective`` replaces the
     module's ``training_step`` where it gives a loss (MOON, FedRoD), ``loss`` is added to the
     step's loss, ``correct_gradients`` runs after ``backward`` and before the module's
@@ -119,7 +123,9 @@ def train_client(
     L2 norm after those (where Lightning's Trainer clips). ``optimizer_state`` /
     ``keep_optimizer_state``: an algorithm that keeps a client's optimizer state between rounds.
     ``optimizer_settings``: this round's scheduled ``client.momentum`` / ``weight_decay``,
-    set on every parameter group that has the setting.
+    set on every parameter group that has the setting. ``steps``: that many optimizer steps
+    instead of ``epochs`` (passes reshuffled until then); ``accumulation``, ``warmup_steps``:
+    ``train_step.py``.
     """
     module.train()
     optimizer, schedules = resolve_optimizers(module)
@@ -130,30 +136,36 @@ def train_client(
         for name, value in (optimizer_settings or {}).items():
             if name in group:
                 group[name] = value
-    step = _Step(module, optimizer, terms, clip_grad_norm, bf16)
+    step = TrainStep(module, optimizer, terms, clip_grad_norm, bf16, accumulation, warmup_steps)
     capture = LogCapture()
     capture_logs(module, capture)
     reset_metrics(module)
-    total, steps = 0.0, 0
+    total, batches = 0.0, 0
     n = len(train_indices)
+    passes = range(epochs) if steps is None else itertools.count() if n else range(0)
     try:
         step.hook("on_train_start")
-        for epoch in range(epochs):
+        for epoch in passes:
+            if steps is not None and step.taken >= steps:
+                break
             step.hook("on_train_epoch_start")
             order = train_indices[torch.randperm(n, generator=generator).numpy()]
             for batch_idx, start in enumerate(range(0, n, batch_size)):
                 batch = prepare_batch(data.batch(order[start : start + batch_size]), device)
                 if step.hook("on_train_batch_start", batch, batch_idx) == -1:
                     break  # as Lightning: -1 skips the rest of the epoch
-                value = step(batch, batch_idx)
+                taken = step.taken
+                value = step(batch, batch_idx, last=start + batch_size >= n)
                 if value is None:
                     continue  # training_step returned None: Lightning skips the batch
                 if not math.isfinite(value):
-                    return TrainResult(mean_loss=value, steps=steps, finite=False)
+                    return TrainResult(mean_loss=value, steps=batches, finite=False)
                 total += value
-                steps += 1
-                if schedules:
-                    step_schedulers(schedules, "step", steps)
+                batches += 1
+                if schedules and step.taken > taken:
+                    step_schedulers(schedules, "step", step.taken)
+                if steps is not None and step.taken >= steps:
+                    break
             step.hook("on_train_epoch_end")
             if schedules:
                 step_schedulers(schedules, "epoch", epoch + 1)
@@ -161,72 +173,13 @@ def train_client(
     finally:
         capture_logs(module, None)
     return TrainResult(
-        mean_loss=total / max(steps, 1),
-        steps=steps,
+        mean_loss=total / max(batches, 1),
+        steps=batches,
         finite=True,
+        optimizer_steps=step.taken,
         logged=capture.means(),
         optimizer_state=optimizer.state_dict() if keep_optimizer_state else None,
     )
-
-
-class _Step:
-    """One optimizer step of a client's training: the module's loss (or the algorithm's
-    objective), the terms' loss, backward, the terms' corrections, the module's hooks, the
-    clip and the step, in the order Lightning's Trainer runs its hooks."""
-
-    def __init__(
-        self,
-        module: Any,
-        optimizer: torch.optim.Optimizer,
-        terms: ClientTerms | None,
-        clip_grad_norm: float | None,
-        bf16: bool,
-    ):
-        self.module, self.optimizer, self.clip = module, optimizer, clip_grad_norm
-        self.hooks = defined_hooks(module)
-        self.objective = getattr(terms, "objective", None)
-        self.extra = getattr(terms, "loss", None)
-        self.correct = getattr(terms, "correct_gradients", None)
-        # the parameters by name, as the terms read them (the same tensors every step)
-        self.params = dict(state_parameters(module)) if terms is not None else {}
-        self.autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        )
-        self.where = type(module).__name__
-
-    def hook(self, name: str, *args: Any) -> Any:
-        """The module's Lightning hook ``name``, where its class defines one."""
-        return getattr(self.module, name)(*args) if name in self.hooks else None
-
-    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> float | None:
-        """Train on ``batch``; its loss as a float (None: the module skipped it)."""
-        module, optimizer = self.module, self.optimizer
-        self.hook("on_before_zero_grad", optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        with self.autocast:
-            loss = None if self.objective is None else self.objective(module, batch)
-            if loss is None:
-                loss = step_loss(module.training_step(batch, batch_idx), self.where)
-                if loss is None:
-                    return None
-            if self.extra is not None:
-                extra = self.extra(self.params)
-                if extra is not None:
-                    loss = loss + extra
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            return value
-        self.hook("on_before_backward", loss)
-        loss.backward()
-        self.hook("on_after_backward")
-        if self.correct is not None:
-            self.correct(self.params)
-        self.hook("on_before_optimizer_step", optimizer)
-        if self.clip is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), self.clip)
-        optimizer.step()
-        self.hook("on_train_batch_end", loss, batch, batch_idx)
-        return value
 
 
 @torch.no_grad()

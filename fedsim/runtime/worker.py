@@ -32,7 +32,7 @@ from fedsim.deployment.upload import (
     upload_nbytes,
 )
 from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
-from fedsim.run_plan import ROUND_VALUES, RoundValues
+from fedsim.round_context import RoundContext
 from fedsim.runtime.client_eval import evaluate_client_models, evaluate_on_splits
 from fedsim.runtime.flops import CostMeter
 from fedsim.runtime.gradient_work import curvature, gradient, vmappable
@@ -62,6 +62,7 @@ class ClientTask:
     train: bool
     upload: UploadJob | None = None  # what the deployment options do to it (None: nothing)
     newcomer: bool = False  # a held-out client: evaluated by the algorithm's newcomer rule
+    context: RoundContext | None = None  # the round's (None: nothing scheduled, the spec's lr)
 
 
 Task = ClientTask | GradientTask | CurvatureTask
@@ -110,26 +111,20 @@ class ClientWorker:
             torch.set_num_threads(spec.num_threads)
         self.spec, self.data = spec, data
         self.device = torch.device(spec.device)
-        module = build_client_model(spec.model_name, spec.model_args, spec.model_kwargs,
-                                    spec.optimizer).to(self.device)  # fmt: skip
+        module = build_client_model(spec.model).to(self.device)
         # lazy layers take their shapes from one sample batch, as on the driver
-        fit_model(module, sample_batch(data, self.device), data.num_classes, spec.model_name)
+        fit_model(module, sample_batch(data, self.device), data.num_classes, spec.model.name)
         self.module = module
         self.flat, self.layout = bind_flat_parameters(module)  # on self.device
         self.vmappable = vmappable(module)  # stacked gradient tasks batch their entries
         self.algorithm = spec.algorithm
         self.class_counts = data.class_counts("train", newcomers=True)
         self.train_sizes = data.train_sizes(newcomers=True)
-        self.values = RoundValues(spec.optimizer.lr, 1.0)  # until a round's values come
-        self.meter = CostMeter(spec.count_flops, self.device)  # eval.count_flops
+        self.meter = CostMeter(spec.client.count_flops, self.device)  # eval.count_flops
 
     def run(self, round_idx: int, broadcast: dict[str, Any], tasks: list[Task]) -> WorkerResult:
-        """Run each task in order; client tasks reduce into one partial aggregate. The
-        round's scheduled values come with the broadcast (``RoundValues``)."""
-        values = broadcast.get(ROUND_VALUES)
-        if values is not None:
-            self.values = values
-            self.algorithm.use_values(values.algorithm)
+        """Run each task in order; client tasks reduce into one partial aggregate. A client
+        task carries its round's ``RoundContext``; nothing of a round stays on the worker."""
         start = time.perf_counter()
         result = WorkerResult()
         for task in tasks:
@@ -153,10 +148,15 @@ class ClientWorker:
         result.busy_seconds = time.perf_counter() - start
         return result
 
-    @property
-    def clip_grad_norm(self) -> float | None:
-        """This round's ``client.clip_grad_norm`` (a scheduled one's value this round)."""
-        return self.values.client.get("clip_grad_norm", self.spec.clip_grad_norm)
+    def context(self, round_idx: int, task: ClientTask) -> RoundContext:
+        """``task``'s round context (a task built without one: nothing scheduled)."""
+        if task.context is not None:
+            return task.context
+        spec = self.spec
+        return RoundContext(
+            round_idx, self.algorithm.params, lr=spec.client.optimizer.lr,
+            clip_grad_norm=spec.client.clip_grad_norm,
+        )  # fmt: skip
 
     def _trained_params(self) -> torch.Tensor:
         """A CPU copy of the module's flat parameters."""
@@ -166,7 +166,7 @@ class ClientWorker:
         self, round_idx: int, broadcast: dict[str, Any], task: GradientTask
     ) -> TaskOutput:
         """A gradient task (the probe's too), with the client's torch seed."""
-        seed = torch_seed(self.spec.seed, round_idx, task.client)
+        seed = torch_seed(self.spec.client.seed, round_idx, task.client)
         return gradient(self, round_idx, broadcast, task, seed)
 
     def _evaluate(self, params: torch.Tensor, samples: np.ndarray) -> EvalResult:
@@ -176,7 +176,7 @@ class ClientWorker:
             self.module,
             self.data,
             np.asarray(samples, dtype=np.int64),
-            batch_size=self.spec.eval_batch_size,
+            batch_size=self.spec.client.eval_batch_size,
             device=self.device,
         )
 
@@ -198,7 +198,7 @@ class ClientWorker:
             plan = self.algorithm.client_start(broadcast, task.payload, task.state, info)
         eval_params = plan.train_params if plan.eval_params is None else plan.eval_params
         in_place = None  # the parameters evaluation left in the module
-        if task.evaluate and not (task.train and self.spec.eval_after_training):
+        if task.evaluate and not (task.train and self.spec.client.eval_after_training):
             in_place = evaluate_client_models(self, out, broadcast, eval_params, split)
         if not task.train:
             return out
@@ -213,13 +213,13 @@ class ClientWorker:
         out.train_seconds = time.perf_counter() - began
         if not trained.finite or not all_finite(self.flat):
             out.failed = True  # left out of the aggregate; its state stays as before
-            if task.evaluate and self.spec.eval_after_training:  # it keeps what it received
+            if task.evaluate and self.spec.client.eval_after_training:  # it keeps what it received
                 evaluate_client_models(self, out, broadcast, eval_params, split)
             return out
         uploaded = self._trained_params()
         if plan.frozen:  # float buffers (BatchNorm statistics) of the frozen part too
             keep_frozen(uploaded, plan.train_params, self.layout, plan.frozen)
-        trained_model = uploaded.clone() if self.spec.eval_after_training else uploaded
+        trained_model = uploaded.clone() if self.spec.client.eval_after_training else uploaded
         job = task.upload
         if job is not None and job.model is not None:
             uploaded, out.upload = run_client_steps(
@@ -236,7 +236,7 @@ class ClientWorker:
                 out.failed = True  # as a non-finite main pass: left out, state unchanged
                 return out
         self._add_update(out, update, job, sums)
-        if task.evaluate and self.spec.eval_after_training:
+        if task.evaluate and self.spec.client.eval_after_training:
             kept = self.algorithm.kept_params(plan, trained_model, update, info)
             evaluate_client_models(self, out, broadcast, kept, split)
             out.after_training = True
@@ -249,7 +249,7 @@ class ClientWorker:
         test split; nothing it did leaves the worker but the evaluation."""
         began = time.perf_counter()
         params = self.algorithm.newcomer_params(
-            broadcast, task.payload, info, self.spec.finetune_epochs
+            broadcast, task.payload, info, self.spec.client.finetune_epochs
         )
         out = ClientResult(client=task.client, held_out=True)
         evaluate_on_splits(self, out, params, self.data.split(task.client))
@@ -258,27 +258,31 @@ class ClientWorker:
 
     def _client_info(self, round_idx: int, task: ClientTask) -> ClientInfo:
         client = task.client
+        context = self.context(round_idx, task)
         return self.algorithm.client_info(
             client,
             round_idx,
             num_train=int(self.train_sizes[client]),
             # held-out clients' too; as the deployment stages make them look (an attacker's)
             class_counts=training_counts(task.upload, self.class_counts[client]),
-            probe=WorkerProbe(self, client, round_idx),
+            probe=WorkerProbe(self, client, context),
             # evaluated after training: an evaluation-only personalization waits for it
-            evaluates=task.evaluate and not (task.train and self.spec.eval_after_training),
+            evaluates=task.evaluate and not (task.train and self.spec.client.eval_after_training),
             trains=task.train,
-            epochs=self.spec.epochs.of(client),
+            epochs=self.spec.client.local.of(client),
+            context=context,
         )
 
     def _main_pass(
         self, round_idx: int, task: ClientTask, plan: ClientPlan, info: ClientInfo
     ) -> TrainResult:
         """The client's local training from the module's current parameters, with the run
-        plan's epochs and lr and the client's own seed, on its data as the deployment stages
+        plan's local work (epochs or steps, accumulation, warm-up), the round's lr and the
+        client's own seed, on its data as the deployment stages
         make it look (``training_data``: an attacker's flipped labels)."""
-        client = task.client
-        seed = torch_seed(self.spec.seed, round_idx, client)
+        client, context, local = task.client, info.context, self.spec.client.local
+        assert context is not None  # _client_info gives every client its round's
+        seed = torch_seed(self.spec.client.seed, round_idx, client)
         seed_torch(seed, self.device)
         with frozen_parameters(self.module, plan.frozen):
             return train_client(
@@ -286,14 +290,17 @@ class ClientWorker:
                 training_data(task.upload, self.data),
                 self.data.split(client).train if plan.train_indices is None else plan.train_indices,
                 epochs=info.epochs if plan.epochs is None else plan.epochs,
-                batch_size=self.spec.batch_size,
+                steps=local.steps if plan.epochs is None else None,  # an algorithm's own count
+                accumulation=local.accumulation,
+                warmup_steps=local.warmup_steps,
+                batch_size=local.batch_size,
                 generator=torch.Generator().manual_seed(seed),
                 device=self.device,
                 terms=plan.terms,
-                clip_grad_norm=self.clip_grad_norm,
-                lr_scale=self.values.lr_scale,
-                optimizer_settings=self.values.optimizer_settings,
-                bf16=self.spec.bf16,
+                clip_grad_norm=context.clip_grad_norm,
+                lr_scale=context.lr_scale,
+                optimizer_settings=context.optimizer,
+                bf16=self.spec.client.bf16,
                 optimizer_state=plan.optimizer_state,
                 keep_optimizer_state=plan.keep_optimizer_state,
             )
