@@ -127,11 +127,11 @@ STREAMS = _streams(
     ("fedvg_validation", "fedsim.algorithms.fedvg", "numpy", ("seed", *FEDVG_VAL_TAGS)),
     ("fedfomo_validation", "fedsim.algorithms.fedfomo", "numpy", ("client", FEDFOMO_VAL_TAG)),
     ("ifca_init", "fedsim.algorithms.ifca", "torch-raw", ("ifca_model_seed",)),
-    ("spcacw_target_batches", "fedsim.algorithms.spcacw", "numpy",
+    ("spcacw_target_batches", "fedsim.algorithms.spcacw_exchange", "numpy",
      ("seed", "round", "client", SPCACW_TARGET_BATCHES_TAG, "pass")),
-    ("spcacw_participation", "fedsim.algorithms.spcacw", "numpy",
+    ("spcacw_participation", "fedsim.algorithms.spcacw_exchange", "numpy",
      ("seed", "round", "step", "target", "peer", SPCACW_PARTICIPATION_TAG)),
-    ("spcacw_peer_batch", "fedsim.algorithms.spcacw", "numpy",
+    ("spcacw_peer_batch", "fedsim.algorithms.spcacw_exchange", "numpy",
      ("seed", "round", "step", "target", "peer", SPCACW_PEER_BATCH_TAG)),
 )  # fmt: skip
 

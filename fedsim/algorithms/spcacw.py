@@ -54,12 +54,12 @@ first few targets, ``alpha_zero`` (mean number of peers with alpha exactly 0 per
 accumulated step, mean over targets); clients.csv's ``weight``: the mean alpha a client
 gets over the targets. Figure ``spcacw_alpha.png``: alpha over rounds per target, peers
 coloured by true cluster where the partition has clusters. The per-target bookkeeping is in
-``spcacw_estimates.py``, the report and figure in ``spcacw_report.py``.
+``spcacw_estimates.py``, each step's minibatches, tasks and gathered gradients in
+``spcacw_exchange.py``, the report and figure in ``spcacw_report.py``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -88,15 +88,18 @@ from fedsim.algorithms.spcacw_estimates import (
     quadratic_and_linear,
     solve,
 )
+from fedsim.algorithms.spcacw_exchange import (
+    draw_participation,
+    gather,
+    own_loss,
+    peer_batch,
+    step_tasks,
+    target_batches,
+)
 from fedsim.algorithms.spcacw_report import alpha_figures, round_report
 from fedsim.errors import ConfigError
 from fedsim.figures import Figure
-from fedsim.gradient_tasks import CurvatureTask, GradientTask, TaskOutput
-from fedsim.streams import (
-    SPCACW_PARTICIPATION_TAG,
-    SPCACW_PEER_BATCH_TAG,
-    SPCACW_TARGET_BATCHES_TAG,
-)
+from fedsim.gradient_tasks import CurvatureTask, TaskOutput
 
 __all__ = ["SPCACW", "SPCACWParams", "beta_at", "centred_update", "draw_participation"]
 _Moments = TargetMoments  # the name the tests knew
@@ -118,11 +121,6 @@ def target_list(value: Any, num_clients: int) -> list[int]:
             f"client ids must be in [0, {num_clients - 1}] (data.num_clients={num_clients})",
         )
     return targets
-
-
-def draw_participation(rng_key: list[int], p: float) -> bool:
-    """z ~ Bernoulli(p), seeded by ``rng_key``."""
-    return p >= 1.0 or bool(np.random.default_rng(rng_key).random() < p)
 
 
 @register
@@ -210,12 +208,14 @@ class SPCACW(Algorithm):
         pairs, solver_seconds = 0, 0.0
         for step in range(max(len(b) for b in batches)):
             active = [k for k in range(len(self.targets)) if step < len(batches[k])]
-            tasks, counted = self.step_tasks(context, step, active, batches)
+            tasks, counted = step_tasks(
+                self.federation, params, self.targets, context, step, active, batches
+            )
             pairs += counted
             for output in context.exchange(tasks, {"models": state["models"]}):
                 k = output.tag[0]
                 grads, grads_gram = self.gather(output)
-                losses.append(self.own_loss(output))
+                losses.append(own_loss(self.targets, output))
                 apply_step(
                     params, state, k, self.targets[k], grads, eta, moments[k],
                     grads_gram=grads_gram, scratch=scratch,
@@ -229,87 +229,18 @@ class SPCACW(Algorithm):
         self.solver_seconds = solver_seconds  # wall-clock: not in the (reproducible) record
         return state, round_report(params, self.targets, state, losses, pairs, m)
 
+    # --- the exchange (spcacw_exchange.py), kept callable as methods ---
     def target_batches(self, context: ExchangeRound, client: int) -> list[np.ndarray]:
-        """The target's minibatches this round: shuffled passes over its train split."""
-        own = np.asarray(self.federation.client_train_indices[client], dtype=np.int64)
-        if not len(own):
-            return []  # a target without training data takes no step
-        size = context.batch_size
-        per_pass = max(1, math.ceil(len(own) / size))
-        steps = per_pass if self.params.steps_per_round == "epoch" else self.params.steps_per_round
-        out: list[np.ndarray] = []
-        passes = 0
-        while len(out) < steps:
-            rng = np.random.default_rng(
-                [context.seed, context.round, client, SPCACW_TARGET_BATCHES_TAG, passes]
-            )
-            order = own[rng.permutation(len(own))]
-            out += [order[i : i + size] for i in range(0, len(own), size)]
-            passes += 1
-        return out[:steps]
+        """The target's minibatches this round (``spcacw_exchange.target_batches``)."""
+        return target_batches(self.federation, self.params, context, client)
 
     def peer_batch(self, context: ExchangeRound, step: int, target: int, peer: int) -> np.ndarray:
-        """A peer's minibatch for (round, step, target): ``batch_size`` of its train samples."""
-        own = np.asarray(self.federation.client_train_indices[peer], dtype=np.int64)
-        rng = np.random.default_rng(
-            [context.seed, context.round, step, target, peer, SPCACW_PEER_BATCH_TAG]
-        )
-        return np.sort(rng.choice(own, size=min(context.batch_size, len(own)), replace=False))
-
-    def step_tasks(
-        self,
-        context: ExchangeRound,
-        step: int,
-        active: list[int],
-        batches: list[list[np.ndarray]],
-    ) -> tuple[list[GradientTask], int]:
-        """One stacked task per active target: every joining peer's minibatch (the target's
-        own included) at the target's model, tagged (k, peers); and the (target, peer) pairs
-        that crossed the network (the target's own gradient does not)."""
-        tasks, pairs = [], 0
-        p = self.params.participation
-        for k in active:
-            target = self.targets[k]
-            peers, at = [], []
-            for peer in range(self.federation.num_clients):
-                if peer == target:
-                    samples = batches[k][step]
-                elif draw_participation(
-                    [context.seed, context.round, step, target, peer, SPCACW_PARTICIPATION_TAG], p
-                ):
-                    samples = self.peer_batch(context, step, target, peer)
-                    pairs += 1
-                else:
-                    continue
-                peers.append(peer)
-                at.append((k, samples))
-            raw = not self.centred  # the raw variance term's G G^T comes with the gradients
-            tasks.append(GradientTask(target, stack="models", at=at, tag=(k, peers), gram=raw))
-        return tasks, pairs
+        """A peer's minibatch for (round, step, target) (``spcacw_exchange.peer_batch``)."""
+        return peer_batch(self.federation, context, step, target, peer)
 
     def gather(self, output: TaskOutput) -> tuple[torch.Tensor, np.ndarray | None]:
-        """The target's M x P stack of this step's gradients g~ (absent peers: 0, peers'
-        scaled by 1 / p) and its Gram matrix if the task returned one. With every peer in
-        and p = 1 that is the task's own stack, read only."""
-        k, peers = output.tag
-        m, p = self.federation.num_clients, self.params.participation
-        grads = output.gradient
-        gram = None if output.gram is None else output.gram.numpy()
-        if len(peers) == m and p >= 1.0:
-            return grads, gram
-        scale = np.array([1.0 if peer == self.targets[k] else 1.0 / p for peer in peers])
-        full = torch.zeros(m, grads.shape[1])
-        full.index_copy_(0, torch.tensor(peers), grads * torch.tensor(scale[:, None]).float())
-        if gram is not None:
-            expanded = np.zeros((m, m))
-            expanded[np.ix_(peers, peers)] = gram * np.outer(scale, scale)
-            gram = expanded
-        return full, gram
-
-    def own_loss(self, output: TaskOutput) -> float:
-        """The target's loss on its own minibatch this step."""
-        k, peers = output.tag
-        return float(output.losses[peers.index(self.targets[k])])
+        """The target's M x P gradient stack and Gram matrix (``spcacw_exchange.gather``)."""
+        return gather(self.federation, self.params, self.targets, output)
 
     # --- per-target bookkeeping (spcacw_estimates.py), kept callable as methods ---
     def apply_step(
