@@ -13,8 +13,9 @@ from tracking_runs import GROUP, MAX_CLIENT_SERIES
 from fedsim.config import WandbConfig, load_config
 from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
+from fedsim.tracking.wandb_mode import resolve_mode
 from fedsim.tracking.wandb_offline import read_offline_run
-from fedsim.tracking.wandb_sink import WandbSink, resolve_mode
+from fedsim.tracking.wandb_sink import WandbSink
 from ray_jobs.reproduce import plan_runs
 
 # the shared run folders (conftest.py's ``runs``) are built once in one xdist process
