@@ -19,12 +19,12 @@ Loading never runs code from the file: ``torch.load(weights_only=True)`` with an
 of the globals a checkpoint may name: classes defined in fedsim's own state-holding modules
 and ``lightning_modules``, numpy's array and dtype reconstruction, and the modules of the
 run's algorithm and model when its config names them by import path. Anything else is a
-one-line ``ConfigError`` before the file is unpickled.
+one-line ``ConfigError`` before the file is unpickled. Whether a config may resume a
+checkpoint's run is ``checkpoint_resume.check_resumable``.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
 import os
@@ -53,8 +53,6 @@ from fedsim.errors import ConfigError
 from fedsim.tracking.base import ClientRow, RoundRecord
 
 FORMAT = 1
-# Keys a resumed run may change: how long it runs, where it runs, where it reports.
-RESUMABLE_CHANGES = ("name", "rounds", "checkpoint_every", "runtime", "tracking")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 _NAME = re.compile(r"round_(\d+)\.pt")
 
@@ -244,95 +242,3 @@ def newest_readable_checkpoint(
 def _one_line(err: object, limit: int = 160) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _filled(old: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``old`` with the keys it lacks (at any depth) taken from ``defaults``."""
-    out = dict(old)
-    for key, value in defaults.items():
-        if key not in out:
-            out[key] = value
-        elif isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = _filled(out[key], value)
-    return out
-
-
-def config_defaults(config: dict[str, Any]) -> dict[str, Any]:
-    """Every key's default, resolved as a config dict, ``config``'s algorithm's keys included.
-
-    An algorithm key that must be given (it has no usable default) is left out: never filled.
-    """
-    import json
-
-    from fedsim.config import ExperimentConfig, load_config
-
-    algorithm = config.get("algorithm") or {}
-    given: dict[str, Any] = {}  # keys the algorithm requires, taken from ``config``
-    try:
-        for _ in range(len(algorithm) + 1):
-            overrides = [f"algorithm.{k}={json.dumps(v)}" for k, v in given.items()]
-            try:
-                defaults = load_config(None, [f"algorithm.name={algorithm['name']}", *overrides])
-                break
-            except ConfigError as err:
-                key = err.key.removeprefix("algorithm.")
-                if err.key == key or key in given or key not in algorithm:
-                    raise
-                given[key] = algorithm[key]
-        else:
-            raise ValueError("too many required algorithm keys")
-    except Exception:  # noqa: BLE001 - then the algorithm's keys have no defaults
-        out = ExperimentConfig().to_dict()
-        out["algorithm"] = {}
-        return out
-    out = defaults.to_dict()
-    for key in given:
-        out["algorithm"].pop(key, None)
-    return out
-
-
-def _without(config: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
-    """A copy of ``config`` without the ``dotted`` keys (``client.lr``), at any depth."""
-    out = copy.deepcopy(config)
-    for key in dotted:
-        *path, last = key.split(".")
-        section: Any = out
-        for part in path:
-            section = section.get(part) if isinstance(section, dict) else None
-        if isinstance(section, dict):
-            section.pop(last, None)
-    return out
-
-
-def check_resumable(
-    checkpoint: Checkpoint, config: dict[str, Any], path: Path, may_change: tuple[str, ...] = ()
-) -> None:
-    """Raise ConfigError unless ``config`` continues the checkpoint's run.
-
-    A key the checkpoint's config lacks (one added to fedsim after it was written) counts as
-    unchanged when ``config`` has its default there. ``may_change``: dotted keys that may
-    differ besides RESUMABLE_CHANGES (a Population Based Training exploit continues another
-    trial's checkpoint with new values of the searched keys).
-    """
-    saved = _without(_filled(checkpoint.config, config_defaults(config)), may_change)
-    current = _without(config, may_change)
-    changed = sorted(
-        key
-        for key in set(current) | set(saved)
-        if key not in RESUMABLE_CHANGES and current.get(key) != saved.get(key)
-    )
-    if changed:
-        allowed = ", ".join((*RESUMABLE_CHANGES, *may_change))
-        raise ConfigError(
-            "--resume",
-            str(path),
-            f"the config differs from the checkpoint's in {', '.join(changed)}; only "
-            f"{allowed} may change",
-        )
-    if config["rounds"] < checkpoint.rounds_trained:
-        raise ConfigError(
-            "rounds",
-            config["rounds"],
-            f"the checkpoint has {checkpoint.rounds_trained} rounds trained; resume with at "
-            "least that many",
-        )

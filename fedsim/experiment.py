@@ -9,13 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedsim.algorithms.base import Algorithm, ClientStates, ServerState
-from fedsim.checkpoint import (
-    Checkpoint,
-    check_resumable,
-    checkpoint_dir,
-    newest_readable_checkpoint,
-)
+from fedsim.checkpoint import Checkpoint, checkpoint_dir, newest_readable_checkpoint
 from fedsim.checkpoint_digest import digest_path
+from fedsim.checkpoint_resume import check_resumable
 from fedsim.config import ExperimentConfig
 from fedsim.data.hf import accept as accept_hf_data
 from fedsim.errors import ClientFailureError, ConfigError, RunFailure

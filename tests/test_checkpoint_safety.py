@@ -29,13 +29,13 @@ import fedsim.run_folder
 from fedsim.algorithms.base import Algorithm
 from fedsim.checkpoint import (
     Checkpoint,
-    check_resumable,
     checkpoints,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
 from fedsim.checkpoint_digest import CheckpointUnreadable
+from fedsim.checkpoint_resume import check_resumable
 from fedsim.cli import main
 from fedsim.errors import ConfigError
 from fedsim.experiment import resumable_checkpoint, run_experiment

@@ -16,7 +16,8 @@ import pytest
 from helpers import untimed
 
 import ray_jobs.tune as tune_job
-from fedsim.checkpoint import Checkpoint, check_resumable
+from fedsim.checkpoint import Checkpoint
+from fedsim.checkpoint_resume import check_resumable
 from fedsim.cli import build_parser, main
 from fedsim.config import RuntimeConfig, config_from_dict, load_config
 from fedsim.errors import ConfigError
