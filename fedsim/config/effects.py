@@ -119,6 +119,7 @@ DEPENDENT: list[Rule] = [
     ("client.nesterov", "client.momentum", lambda v: v > 0, "a momentum > 0"),
     ("client.lr_decay", "client.lr_schedule", lambda v: v == "exponential", "exponential"),
     ("eval.finetune_epochs", "eval.holdout_clients", lambda v: v > 0, "a count or fraction > 0"),
+    ("eval.holdout_names", "eval.holdout_clients", lambda v: v == 0, "0 (one or the other)"),
     *[
         (f"system.{key}", "system.device_trace", lambda v: v is None, "null (a trace gives them)")
         for key in (
