@@ -33,8 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs" / "debian"
 PARTS: dict[str, tuple[str, list[str]]] = {  # part -> (config glob, overrides)
     "table": ("lm-*.yaml", []),
-    "control": ("lm-*.yaml", ["data.partition.values=[en-*]", "data.num_clients=4",
-                              "eval.holdout_clients=1"]),  # fmt: skip
+    "control": ("lm-*.yaml", ["data.partition.values=[en-*]", "data.num_clients=4"]),
     "cls": ("cls-*.yaml", []),
     "cls-control": ("cls-*.yaml", ["data.permute_labels=false"]),
 }

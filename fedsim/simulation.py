@@ -21,7 +21,7 @@ from fedsim.config import ExperimentConfig
 from fedsim.config.evaluation import holdout_count
 from fedsim.data.assemble import build_data, cached_dataset
 from fedsim.data.federated import FederatedData
-from fedsim.data.holdout import hold_out
+from fedsim.data.holdout import hold_out, named_ids
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
@@ -109,7 +109,9 @@ class Simulation:
         self.data = carve_validation(self.data, cfg.eval.validation_ratio, cfg.seed)
         # eval.holdout_clients: the federation is the rest; held-out clients follow it
         held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
-        self.data = hold_out(self.data, held, cfg.seed)
+        named = cfg.eval.holdout_names  # or the clients of these names
+        ids = None if named is None else named_ids(self.data.partition, named)
+        self.data = hold_out(self.data, held, cfg.seed, ids)
         if cfg.eval.select_on == "perplexity" and not getattr(self.data.dataset, "next_token", 0):
             raise ConfigError(
                 "eval.select_on", "perplexity", f"needs next-token prediction, and "

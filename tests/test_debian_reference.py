@@ -154,3 +154,26 @@ def test_the_benchmark_command_runs_every_part_with_its_control(tmp_path, capsys
     assert "ray_jobs.reproduce" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["tabel", "--dry-run"])
+
+
+def test_holdout_names_hold_out_the_clients_of_those_names():
+    from fedsim.data.holdout import hold_out, named_ids
+
+    groups = np.array(["en-0", "en-1", "de-0", "de-1"] * 3)
+    dataset = ImageDataset("h", np.zeros((12, 1, 2, 2), np.uint8), np.zeros(12, np.int64), 1)
+    data = build_group_federation(dataset, groups, 4, 2, 0.5, 0, "client_id")
+    order = [c["client_id"] for c in data.partition["clients"]]
+    ids = named_ids(data.partition, ["*-1"])
+    assert sorted(order[i] for i in ids) == ["de-1", "en-1"]
+    held = hold_out(data, 0, seed=0, ids=ids)
+    assert len(held.clients) == 2 and len(held.newcomers) == 2
+    names = [c["client_id"] for c in held.partition["clients"]]
+    assert sorted(names[2:]) == ["de-1", "en-1"] and sorted(names[:2]) == ["de-0", "en-0"]
+    with pytest.raises(ConfigError, match="eval.holdout_names.*matches every client"):
+        named_ids(data.partition, ["*"])
+    with pytest.raises(ConfigError, match="eval.holdout_names.*matches none"):
+        named_ids(data.partition, ["fr-*"])
+    with pytest.raises(ConfigError, match="eval.holdout_names.*natural"):
+        named_ids({"name": "iid"}, ["*-1"])
+    with pytest.raises(ConfigError, match="eval.holdout_names"):
+        load_config(None, ["eval.holdout_names=[a]", "eval.holdout_clients=2"])

@@ -75,6 +75,10 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
         "pathological", ["data.name=mnist-5k"], ["data.name=shakespeare"]),
     ("data.partition.by", "data.partition.name"): (
         "group", [HF, "data.partition.name=natural"], [HF, "data.partition.name=iid"]),
+    ("data.partition.values", "data.partition.name"): (
+        "[a*]", [HF, "data.partition.name=natural", "data.partition.by=group"],
+        [HF, "data.partition.name=iid"]),
+    ("eval.holdout_names", "eval.holdout_clients"): ("[a*]", [], ["eval.holdout_clients=2"]),
     ("data.partition.args", "data.partition.name"): (
         "{alpha: 0.5}", ["data.partition.name=flwr:DirichletPartitioner"],
         ["data.partition.name=iid"]),

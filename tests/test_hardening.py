@@ -193,8 +193,8 @@ def test_every_clients_csv_column_reads_back_typed(tmp_path):
     run = load_run(run_dir)
     assert not run.problems
     # columns of options this run leaves off (eval.validation_ratio, eval.count_flops), and
-    # perplexity (next-token prediction only)
-    optional = {"val_accuracy", "flops", "peak_memory_mib", "perplexity"}
+    # perplexity and the per-token losses' spread (next-token prediction only)
+    optional = {"val_accuracy", "flops", "peak_memory_mib", "perplexity", "loss_sd"}
     assert set(run.clients) == set(run.held_out) == set(CLIENT_COLUMNS) - optional
     assert set(np.unique(run.clients["attacked"])) <= {0.0, 1.0}
     assert set(run.clients["held_out"]) == {0.0} and set(run.held_out["held_out"]) == {1.0}

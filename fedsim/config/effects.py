@@ -128,6 +128,7 @@ DEPENDENT: list[Rule] = [
     ("client.epochs", "client.steps", lambda v: v is None, "null (steps replace epochs)"),
     ("client.epochs_by_client", "client.steps", lambda v: v is None, "null (steps replace epochs)"),
     ("eval.finetune_epochs", "eval.holdout_clients", lambda v: v > 0, "a count or fraction > 0"),
+    ("eval.holdout_names", "eval.holdout_clients", lambda v: v == 0, "0 (one or the other)"),
     *[
         (f"system.{key}", "system.device_trace", lambda v: v is None, "null (a trace gives them)")
         for key in (

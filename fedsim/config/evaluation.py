@@ -40,6 +40,15 @@ class EvalConfig:
     holdout_clients: float = checked(  # clients that never train: a count (>= 1) or a fraction
         0, _holdout_ok, "must be 0, a fraction in (0, 1), or a whole count >= 1"
     )
+    # clients held out by their name (a natural partition's data.partition.by value), shell
+    # patterns such as [*-3] (one client per language of debian-reference); with
+    # holdout_clients 0, instead of the seed's draw
+    holdout_names: list | None = checked(
+        None,
+        lambda v: v is None or (isinstance(v, list) and len(v) > 0
+                                and all(isinstance(p, str) and p for p in v)),
+        "a non-empty list of name patterns such as *-3 (or null: none by name)",
+    )  # fmt: skip
     finetune_epochs: int = checked(  # epochs a newcomer adapts on its own train split
         1, lambda v: v >= 0, "must be >= 0"
     )

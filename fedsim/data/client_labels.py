@@ -51,16 +51,18 @@ def permute_labels(data: FederatedData, seed: int) -> FederatedData:
     )
 
 
-def matching(values: np.ndarray, patterns: list[str] | None) -> np.ndarray:
+def matching(
+    values: np.ndarray, patterns: list[str] | None, key: str = "data.partition.values"
+) -> np.ndarray:
     """Which of ``values`` (strings) match one of the shell ``patterns`` (all when None);
-    ConfigError naming ``data.partition.values`` when none does."""
+    ConfigError naming ``key`` when none does."""
     if patterns is None:
         return np.ones(len(values), dtype=bool)
     keep = np.array([any(fnmatch.fnmatchcase(str(v), p) for p in patterns) for v in values])
     if len(values) and not keep.any():
         shown = ", ".join(sorted(map(str, values))[:6])
         raise ConfigError(
-            "data.partition.values", patterns, f"matches none of the values ({shown}...): "
-            "shell patterns such as en-* over data.partition.by's column",
+            key, patterns, f"matches none of the values ({shown}...): shell patterns such "
+            "as en-* over data.partition.by's column",
         )  # fmt: skip
     return keep

@@ -1,4 +1,5 @@
-"""Held-out clients (``eval.holdout_clients``): drawn by the seed, they never train.
+"""Held-out clients (``eval.holdout_clients``): drawn by the seed (or chosen by name,
+``eval.holdout_names``), they never train.
 
 The federation keeps the other clients in their order as clients ``0..M-1``, so every
 algorithm sees a federation of ``M`` clients exactly as a run of ``M`` clients would; the
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.data.federated import FederatedData
+from fedsim.errors import ConfigError
 from fedsim.streams import HOLDOUT_TAG
 
 
@@ -26,12 +28,35 @@ def held_out_ids(num_clients: int, count: int, seed: int) -> list[int]:
     return sorted(rng.choice(num_clients, size=count, replace=False).tolist())
 
 
-def hold_out(data: FederatedData, count: int, seed: int) -> FederatedData:
-    """``data`` with ``count`` clients drawn by ``seed`` moved to ``newcomers`` (the others
-    renumbered in order; per-client partition records follow them). ``data`` when 0."""
-    if count == 0 or data.newcomers:
+def named_ids(partition: dict[str, Any], patterns: list[str]) -> list[int]:
+    """The clients whose name (a natural partition's ``by`` value) matches one of the shell
+    ``patterns`` (``eval.holdout_names``), sorted; ConfigError when none has a name or
+    every client or none matches."""
+    from fedsim.data.client_labels import matching
+
+    by = partition.get("by")
+    records = partition.get("clients") if by else None
+    if not isinstance(records, list) or not records:
+        raise ConfigError(
+            "eval.holdout_names", patterns, "needs clients named by the data: "
+            "data.partition.name=natural with data.partition.by",
+        )  # fmt: skip
+    names = np.array([str(r.get(by)) for r in records])
+    held = np.flatnonzero(matching(names, patterns, "eval.holdout_names")).tolist()
+    if len(held) == len(records):
+        raise ConfigError("eval.holdout_names", patterns, "matches every client: none would train")
+    return held
+
+
+def hold_out(
+    data: FederatedData, count: int, seed: int, ids: list[int] | None = None
+) -> FederatedData:
+    """``data`` with ``count`` clients drawn by ``seed`` (or the clients ``ids``) moved to
+    ``newcomers`` (the others renumbered in order; per-client partition records follow
+    them). ``data`` when none."""
+    if (count == 0 and not ids) or data.newcomers:
         return data
-    held = held_out_ids(data.num_clients, count, seed)
+    held = sorted(ids) if ids else held_out_ids(data.num_clients, count, seed)
     kept = [c for c in range(data.num_clients) if c not in set(held)]
     order = kept + held  # run id -> the partition's client id
     partition = reorder_records(data.partition, order)

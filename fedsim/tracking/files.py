@@ -36,7 +36,7 @@ class FileSink(Sink):
         if (config.get("attack") or {}).get("kind", "none") == "none":
             fields.remove("attacked")  # the column exists in runs with an attack only
         evaluation = config.get("eval") or {}
-        if not evaluation.get("holdout_clients"):
+        if not evaluation.get("holdout_clients") and not evaluation.get("holdout_names"):
             fields.remove("held_out")  # in runs with held-out clients only
         if evaluation.get("model", "personal") != "both":
             fields.remove("global_accuracy")  # in runs that evaluate both models only
