@@ -90,8 +90,11 @@ docs-check: setup
 	  > $$d.log 2>&1; s=$$?; grep -v '^INFO ' $$d.log; rm -rf $$d $$d.log; \
 	  if [ $$s -ne 0 ]; then echo "docs-check: the site build failed (above)"; fi; exit $$s
 
-docs-ref: setup
-	$(PY) docs/gen/reference.py
+# docs-ref needs fedsim importable, not a fresh install: the venv's python when there is one,
+# else python3 (REF_PY=... picks another), with this checkout first on the path
+REF_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+docs-ref:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(REF_PY) docs/gen/reference.py
 
 bench: setup
 	$(PY) benchmarks/overhead.py

@@ -240,3 +240,31 @@ def shared_copy(model: Any) -> Any:
     }
     memo.update({id(b): b for b in model.buffers()})
     return copy.deepcopy(model, memo)
+
+
+def check_lora_rank(args: dict[str, Any]) -> None:
+    """``model.args.rank`` of a LoRA model over a pretrained base is at most the smallest side
+    of the Linear layers it adapts, read from the base's structure (its config: no weight is
+    read, and the driver's template reuses it); a ConfigError naming the key and the bound.
+    Malformed arguments are left to the model's own checks."""
+    import torch
+
+    rank, dtype = args.get("rank", 8), args.get("dtype", "float32")  # the models' default
+    targets = args.get("targets", ("q_proj", "v_proj"))
+    targets = [targets] if isinstance(targets, str) else targets
+    if isinstance(rank, bool) or not isinstance(rank, int) or dtype not in DTYPES:
+        return
+    if not isinstance(targets, (list, tuple)):
+        return
+    model = _frozen_structure("model.args.source", args.get("source", SMOLLM2), dtype)
+    sides = {
+        name: min(m.in_features, m.out_features) for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets
+    }  # fmt: skip
+    if sides and rank > min(sides.values()):
+        name = min(sides, key=sides.__getitem__)
+        raise ConfigError(
+            "model.args.rank", rank, f"must be at most {sides[name]}, the smallest side of "
+            f"the layers it adapts (model.args.targets={list(targets)}: {name} is "
+            f"{sides[name]} wide)",
+        )  # fmt: skip

@@ -94,8 +94,10 @@ class Schedule:
         return value
 
     def _rounded(self, value: float) -> float:
+        """The value as its key holds it: an integer key's nearest int (a loop count reads
+        it: ``range(K)``), else a float."""
         if self.integer and math.isfinite(value):
-            return float(math.floor(value + 0.5))
+            return int(math.floor(value + 0.5))
         return float(value)
 
     def as_key(self, value: float) -> float | int:

@@ -22,11 +22,12 @@ from fedsim.config.evaluation import holdout_count
 from fedsim.data.assemble import build_data, cached_dataset
 from fedsim.data.federated import FederatedData
 from fedsim.data.holdout import hold_out, named_ids
+from fedsim.data.names import TOKENIZED_MODELS
 from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
-from fedsim.pretrained import is_without_weights
+from fedsim.pretrained import check_lora_rank, is_without_weights
 from fedsim.rounds.clock_build import trace_mapping
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.evaluation import check_evaluation
@@ -104,6 +105,8 @@ class Simulation:
 
     def __init__(self, cfg: ExperimentConfig, data: FederatedData | None = None):
         self.cfg = cfg
+        if cfg.model.name in TOKENIZED_MODELS:  # the LoRA rank against the base, before the data
+            check_lora_rank(cfg.model.args or {})
         self.data = data if data is not None else build_data(cfg)
         # eval.validation_ratio: each client's validation split, out of its train split
         self.data = carve_validation(self.data, cfg.eval.validation_ratio, cfg.seed)

@@ -26,7 +26,7 @@ def _jsonl(path: Path, rows: list[dict], raw: bytes = b"") -> Path:
     return path
 
 
-@pytest.mark.parametrize("typo", ["imgz", "mydatz/rows.csv"])
+@pytest.mark.parametrize("typo", ["imgz", "mydatz/rows.csv", "~no-such-user-64/rows"])
 def test_a_typo_that_is_no_hub_id_fails_at_config_time(tmp_path, monkeypatch, typo):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # online: a Hub id would be tried

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
+from fedsim.experiment import run_experiment
 from fedsim.schedules import parse_schedule
 
 SMALL = [
@@ -51,8 +54,20 @@ def test_an_integer_key_takes_a_schedule_of_integers(algorithm, key):
     grows = f"algorithm.{key}={{schedule: piecewise, values: {{0: 2, 2: 3}}}}"
     cfg = load_config(None, [*SMALL, f"algorithm.name={algorithm}", grows])
     schedule = cfg.schedules[f"algorithm.{key}"]
-    assert [schedule.at(r, 20) for r in range(4)] == [2, 2, 3, 3]
+    values = [schedule.at(r, 20) for r in range(4)]
+    assert values == [2, 2, 3, 3] and all(type(v) is int for v in values)  # range(K) reads it
     assert getattr(cfg.algorithm.params, key) == 2
+
+
+def test_a_run_with_an_integer_schedule_trains_with_each_rounds_count(tmp_path):
+    grows = "algorithm.K={schedule: piecewise, values: {0: 2, 2: 3}}"
+    small = ["data.max_samples=300", "data.num_clients=3", "rounds=3", "runtime.device=cpu"]
+    cfg = load_config("configs/quickstart.yaml", [*small, "algorithm.name=pfedme", grows])
+    run_experiment(cfg, tmp_path / "run", progress=False)  # range(2.0) raised in round 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line).get("algorithm.K") for line in lines[:3]] == [2, 2, 3]
 
 
 def test_an_integer_schedule_that_rounds_to_zero_names_the_round_and_value():

@@ -20,6 +20,7 @@ from typing import Any
 from fedsim.algorithm_params import params_class
 from fedsim.algorithm_params.base import configuring
 from fedsim.checks import field_check, field_group
+from fedsim.config.adapter_keys import check_adapter_keys
 from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
@@ -162,6 +163,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     resolve_optimizer_keys(cfg)
     check_schedules(cfg)
     check_effective(cfg)
+    check_adapter_keys(cfg)
     return cfg
 
 

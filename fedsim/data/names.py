@@ -59,8 +59,13 @@ def looks_local(name: str) -> bool:
 def check_hf_path(name: str) -> None:
     """``data.name=hf:<path>``: a path that does not exist and is no Hub id (``looks_local``)
     is one line at once, before anything tries the Hub."""
-    path = Path(name[len(HF_PREFIX) :]).expanduser()
-    if not path.exists() and looks_local(name[len(HF_PREFIX) :]):
+    path = Path(name[len(HF_PREFIX) :])
+    try:
+        path = path.expanduser()
+        missing = not path.exists() and looks_local(name[len(HF_PREFIX) :])
+    except (OSError, ValueError, RuntimeError):  # no such user, a NUL byte, a name too long
+        missing = True
+    if missing:
         raise ConfigError(
             "data.name", name, f"no such file or folder ({path.absolute()}): check the path "
             "(a Hugging Face Hub id is owner/name)",
