@@ -73,13 +73,12 @@ def test_optimizer_settings_reach_a_built_in_module_by_one_builder():
     cfg = load_config(None, ["client.optimizer=adam", "client.lr=0.01", "client.betas=[0.8,0.9]"])
     settings = OptimizerSettings.from_config(cfg)
     kwargs = {"in_channels": 1, "num_classes": 10, "image_size": 28}
-    build = ModelBuild("fedavg_cnn", {}, {**kwargs, **settings.constructor_kwargs(False)}, settings)
+    build = ModelBuild("fedavg_cnn", {}, kwargs, settings)  # no optimizer key in the kwargs
     module = build_client_model(build)
     optimizer = module.configure_optimizers()
     assert type(optimizer).__name__ == "Adam"
     assert optimizer.param_groups[0]["lr"] == 0.01
     assert optimizer.param_groups[0]["betas"] == (0.8, 0.9)
-    assert settings.constructor_kwargs(True) == {}  # a module with its own optimizer
 
 
 def test_the_simulation_hands_every_reader_the_plans_values():
