@@ -7,8 +7,8 @@ the pool's balancing and the executor's estimate. A new per-client setting is on
   a linear lr warm-up within a client's training (``client.warmup_steps``), and the one
   formula for the samples a client trains on in a round (what its compute time is made of);
 - ``OptimizerSettings``: ``client.optimizer`` and its settings (their defaults are
-  ``ClientConfig``'s), which reach a built-in module by one builder
-  (``fedsim.runtime.model_fit.build_client_model``);
+  ``ClientConfig``'s), which reach a built-in module one way, set on it when it is built
+  (``ModelBuild.apply``, from ``fedsim.runtime.model_fit.build_client_model``);
 - ``ClientWork``: these with the batch sizes, seed, clipping, precision and evaluation
   settings a worker trains and evaluates every client with.
 """
@@ -93,13 +93,6 @@ class OptimizerSettings:
             betas=(float(c.betas[0]), float(c.betas[1])),
             nesterov=bool(c.nesterov),
         )
-
-    def constructor_kwargs(self, owns_optimizers: bool) -> dict[str, Any]:
-        """What a built-in module's constructor gets (nothing for a module with its own
-        optimizer); ``ModelBuild.apply`` sets the rest on the built module."""
-        if owns_optimizers:
-            return {}
-        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ that needs one reads it from the plan (the worker through ``WorkerSpec``):
 - ``ClientWork`` (``fedsim/client_work.py``): a client's local work (epochs or steps,
   accumulation, warm-up: ``LocalWork``), optimizer settings and the batch, clipping and
   evaluation settings, the slice of the plan a worker is built with (``WorkerSpec``);
-- ``ModelBuild``: the model's name, ``model.args`` and what fedsim passes its constructor
-  (the data's shapes, the optimizer's constructor settings, ``model.hidden``);
+- ``ModelBuild``: the model's name, ``model.args``, what fedsim passes its constructor
+  (the data's shapes, ``model.hidden``) and the optimizer settings it sets on a built-in;
 - ``ScheduledValues``: every key given as a schedule (``fedsim/schedules.py``), resolved
   per round on the driver into that round's frozen ``RoundContext``
   (``fedsim/round_context.py``), which the driver's algorithm and every client task of the
@@ -52,34 +52,35 @@ class ModelBuild:
 
     name: str  # model.name
     args: dict[str, Any]  # model.args: the user's constructor arguments
-    kwargs: dict[str, Any]  # what fedsim passes: data shapes, optimizer settings, hidden
+    kwargs: dict[str, Any]  # what fedsim passes its constructor: data shapes, hidden
     optimizer: OptimizerSettings
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig, data_kwargs: dict[str, Any]) -> ModelBuild:
-        """``data_kwargs``: the dataset's shapes (``Dataset.model_kwargs``). A module with
-        its own ``configure_optimizers`` gets no optimizer settings: it owns its optimizer.
-        An algorithm that declares an adapter variant beyond plain LoRA (``ADAPTER``:
-        residual, personal) has the model build it (``adapter_variant``)."""
+        """``data_kwargs``: the dataset's shapes (``Dataset.model_kwargs``). An algorithm
+        that declares an adapter variant beyond plain LoRA (``ADAPTER``: residual, personal,
+        scaled) has the model build it (``adapter_variant``)."""
         from fedsim.algorithm_params import adapter
-        from lightning_modules.registry import model_class, owns_optimizers
 
         optimizer = OptimizerSettings.from_config(cfg)
-        own = owns_optimizers(model_class(cfg.model.name))
         hidden = {} if cfg.model.hidden is None else {"hidden": tuple(cfg.model.hidden)}
         variant = adapter(cfg.algorithm.name)
         asks = {"adapter_variant": variant} if variant not in (None, "lora") else {}
-        kwargs = {**data_kwargs, **optimizer.constructor_kwargs(own), **hidden, **asks}
+        kwargs = {**data_kwargs, **hidden, **asks}
         return cls(cfg.model.name, dict(cfg.model.args), kwargs, optimizer)
 
     def apply(self, module: Any) -> None:
-        """Set the optimizer settings a built-in module reads in ``configure_optimizers``
-        beyond its constructor's (the optimizer's name, betas, Nesterov)."""
+        """Set ``client.optimizer``'s settings on a built-in module (one way: its
+        ``configure_optimizers`` reads them); a module with its own optimizer gets none."""
         from lightning_modules.base import FLModule
+        from lightning_modules.registry import owns_optimizers
 
-        if isinstance(module, FLModule):
+        if isinstance(module, FLModule) and not owns_optimizers(type(module)):
             o = self.optimizer
-            module.optimizer_name, module.betas, module.nesterov = o.name, o.betas, o.nesterov
+            module.optimizer_name, module.lr, module.betas = o.name, o.lr, o.betas
+            module.momentum, module.weight_decay, module.nesterov = (
+                o.momentum, o.weight_decay, o.nesterov,
+            )  # fmt: skip
 
 
 class ScheduledValues:

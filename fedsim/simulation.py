@@ -38,7 +38,7 @@ from fedsim.run_plan import ModelBuild, resolve_run_plan
 from fedsim.runtime.adapter_export import AdapterExport, start_adapter
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.model_contract import check_model, model_notes
-from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch
+from fedsim.runtime.model_fit import build_client_model, fit_model, sample_batch, starting_lr
 from fedsim.runtime.worker import WorkerSpec
 from fedsim.tracking.base import Sink
 from fedsim.tracking.client_names import client_names
@@ -140,7 +140,8 @@ class Simulation:
         algo_cls = get_algorithm_class(cfg.algorithm.name)
         self.algorithm: Algorithm = algo_cls(cfg.algorithm.params, self.federation)
         device = "cuda" if runs_on_cuda(cfg) else "cpu"
-        self.base_lr = check_model(cfg, template, self.algorithm, device, sample)
+        check_model(cfg, template, self.algorithm, device, sample)
+        self.base_lr = starting_lr(cfg.client.lr, template)
         self.notes = model_notes(cfg, template, self.algorithm)
         for note in self.notes:  # what of the user's module this algorithm does not use
             print(f"fedsim: note: {note}", file=sys.stderr)

@@ -20,6 +20,7 @@ from fedsim.algorithms.fedamp import (
 )
 from fedsim.algorithms.fedfomo import FedFomo, FedFomoParams, fomo_weights, split_validation
 from fedsim.algorithms.pull import Pull
+from fedsim.round_context import static_context
 from fedsim.runtime.worker import ClientTask, ClientWorker, WorkerProbe
 from fedsim.simulation import Simulation
 from lightning_modules.flat_params import ParamEntry, ParamLayout
@@ -324,7 +325,7 @@ def test_worker_probe_train_keeps_frozen_entries_and_is_seeded(real):
     algo = FedPer(FedPerParams(personal_layers=1), real.federation)
     worker = worker_for(real, algo)
     base = algo.base_names[1]
-    probe = WorkerProbe(worker, client=1, round_idx=3)
+    probe = WorkerProbe(worker, client=1, context=static_context(3, worker.algorithm.params))
     start = real.initial_params
     tuned, loss = probe.train(start, epochs=1, frozen=base, key=5)
     again, _ = probe.train(start, epochs=1, frozen=base, key=5)

@@ -105,6 +105,8 @@ CASES: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {
         "0.9", ["client.optimizer=sgd"], ["client.optimizer=adam"]),
     ("client.nesterov", "client.momentum"): (
         "true", ["client.momentum=0.9"], ["client.momentum=0"]),
+    ("client.epochs", "client.steps"): ("2", [], ["client.steps=3"]),
+    ("client.epochs_by_client", "client.steps"): ("[1, 2]", [], ["client.steps=3"]),
     **{
         (f"system.{key}", "system.device_trace"): (
             value, ["system.upload_bandwidth=1000"] if key == "network_speeds" else [],

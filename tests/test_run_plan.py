@@ -73,13 +73,12 @@ def test_optimizer_settings_reach_a_built_in_module_by_one_builder():
     cfg = load_config(None, ["client.optimizer=adam", "client.lr=0.01", "client.betas=[0.8,0.9]"])
     settings = OptimizerSettings.from_config(cfg)
     kwargs = {"in_channels": 1, "num_classes": 10, "image_size": 28}
-    build = ModelBuild("fedavg_cnn", {}, {**kwargs, **settings.constructor_kwargs(False)}, settings)
+    build = ModelBuild("fedavg_cnn", {}, kwargs, settings)  # no optimizer key in the kwargs
     module = build_client_model(build)
     optimizer = module.configure_optimizers()
     assert type(optimizer).__name__ == "Adam"
     assert optimizer.param_groups[0]["lr"] == 0.01
     assert optimizer.param_groups[0]["betas"] == (0.8, 0.9)
-    assert settings.constructor_kwargs(True) == {}  # a module with its own optimizer
 
 
 def test_the_simulation_hands_every_reader_the_plans_values():
@@ -169,5 +168,29 @@ def test_the_old_lr_keys_are_a_schedule_on_client_lr_to_the_bit():
     new = load_config(None, ["client.lr={schedule: exponential, initial: 0.05, decay: 0.7}"])
     assert old.schedules == new.schedules and old.to_dict()["client"] == new.to_dict()["client"]
     cosine = load_config(None, ["client.lr_schedule=cosine"])  # the built-in lr, to 0
-    assert cosine.schedules["client.lr"].to_dict() == {"schedule": "cosine", "initial": 0.005}
+    assert cosine.schedules["client.lr"].to_dict() == {
+        "schedule": "cosine", "initial": 0.005, "final": 0.0, "rounds": None,
+    }  # fmt: skip
     assert "lr_schedule" not in cosine.to_dict()["client"]
+
+
+def test_the_starting_lr_is_its_own_answer_not_a_contract_checks():
+    import pytorch_lightning as pl
+    import torch
+
+    from fedsim.runtime.model_contract import check_model
+    from fedsim.runtime.model_fit import starting_lr
+    from lightning_modules.registry import build_model
+
+    class Own(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=0.3)
+
+    cnn = build_model("fedavg_cnn", in_channels=1, num_classes=10, image_size=28)
+    assert starting_lr(0.05, cnn) == 0.05  # a module that takes client.lr
+    assert starting_lr(None, Own()) == 0.3  # a module's own optimizer's
+    assert check_model.__annotations__["return"] in (None, "None")

@@ -51,10 +51,8 @@ def check_needs(cfg: ExperimentConfig, module: Any, algorithm: Any, sample: Any)
 
 def check_model(
     cfg: ExperimentConfig, module: Any, algorithm: Any, device: str, sample: Any = None
-) -> float:
-    """ConfigError for what this run asks of ``module`` that it cannot give (see module doc);
-    the learning rate clients start each round from (``client.lr``, or the module's own
-    optimizer's: also the step size of an algorithm that steps SGD itself, SP-CACW)."""
+) -> None:
+    """ConfigError for what this run asks of ``module`` that it cannot give (see module doc)."""
     name = type(module).__name__
     own = own_optimizers(module)
     if own and not defines_hook(type(module), "configure_optimizers"):
@@ -64,7 +62,7 @@ def check_model(
             "subclass lightning_modules.base.FLModule to train with client.optimizer",
         )  # fmt: skip
     try:  # its return value is one Lightning accepts
-        optimizer, _ = resolve_optimizers(module)
+        resolve_optimizers(module)
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - the user's code on the user's values: one line
@@ -87,10 +85,6 @@ def check_model(
             "client.precision", "bf16-mixed",
             "autocasts on CUDA only; on a CPU bfloat16 is slower than float32 here: use 32",
         )  # fmt: skip
-    if not own:
-        return float(cfg.client.lr)
-    group = optimizer.param_groups[0]
-    return float(group.get("initial_lr", group["lr"]))
 
 
 def model_notes(cfg: ExperimentConfig, module: Any, algorithm: Any) -> list[str]:

@@ -17,8 +17,9 @@ from torch import nn
 from fedsim.data.federated import FederatedData
 from fedsim.errors import ConfigError
 from fedsim.run_plan import ModelBuild
+from fedsim.runtime.lightning_steps import resolve_optimizers
 from fedsim.runtime.training import prepare_batch
-from lightning_modules.registry import build_model
+from lightning_modules.registry import build_model, owns_optimizers
 
 SAMPLE_SIZE = 2
 
@@ -33,6 +34,17 @@ def build_client_model(build: ModelBuild, weights: bool = True) -> nn.Module:
                          **({} if weights else {"weights": False}))  # fmt: skip
     build.apply(module)
     return module
+
+
+def starting_lr(client_lr: float | None, module: Any) -> float:
+    """The lr clients start each round from: ``client.lr`` for a module that takes it, else
+    the module's own optimizer's (also the step size of an algorithm that steps SGD itself,
+    SP-CACW). Run after ``check_model``, which refuses a module without a usable one."""
+    if not owns_optimizers(type(module)):
+        return float(client_lr)  # type: ignore[arg-type]
+    optimizer, _ = resolve_optimizers(module)
+    group = optimizer.param_groups[0]
+    return float(group.get("initial_lr", group["lr"]))
 
 
 def sample_batch(
