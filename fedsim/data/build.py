@@ -25,6 +25,19 @@ ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.na
 NATURAL = "natural"  # one client per value of data.partition.by (hf: datasets)
 
 
+def min_samples_hint(counts: np.ndarray, num_clients: int, dataset: Dataset) -> str:
+    """What the clients hold (a packed text's windows), largest first, and the
+    ``data.min_samples`` that keeps ``num_clients`` of them: the end of a refusal."""
+    unit = "windows" if getattr(dataset, "next_token", False) and dataset.split_gap else "samples"
+    ranked = np.sort(np.asarray(counts, np.int64))[::-1]
+    ranked = ranked[ranked > 0]
+    shown = ", ".join(str(int(c)) for c in ranked[:8]) + (", ..." if len(ranked) > 8 else "")
+    hint = f"; its clients hold {shown or 'none'} {unit} (largest first)"
+    if 0 < num_clients <= len(ranked):
+        hint += f": data.min_samples={int(ranked[num_clients - 1])} keeps {num_clients}"
+    return hint
+
+
 def build_group_federation(
     dataset: Dataset,
     groups: np.ndarray,
@@ -57,8 +70,10 @@ def build_group_federation(
             "data.num_clients",
             num_clients,
             f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} samples"
-            f"{both} (of {len(values)}); use at most {len(eligible)} or lower data.min_samples",
-        )
+            f"{both} (of {len(values)}); use at most {len(eligible)} or lower data.min_samples"
+            + min_samples_hint(counts if test_row is None else np.where(
+                (tests >= 1) & (counts - tests >= 1), counts, 0), num_clients, dataset),
+        )  # fmt: skip
     chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
     members = [np.flatnonzero(inverse == k) for k in chosen]
     keep = np.concatenate(members) if members else np.zeros(0, np.int64)
@@ -115,7 +130,8 @@ def build_natural_federation(
             "data.num_clients",
             num_clients,
             f"{dataset.name} has {len(eligible)} clients with >= {min_samples} samples "
-            f"(data.min_samples); use at most {len(eligible)} or lower data.min_samples",
+            f"(data.min_samples); use at most {len(eligible)} or lower data.min_samples"
+            + min_samples_hint(usable, num_clients, dataset),
         )
     clusters: list[int] | None = None
     if plays is None:
