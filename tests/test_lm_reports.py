@@ -90,3 +90,27 @@ def test_no_progress_silences_the_model_loaders_bars(tmp_path, capfd):
         os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
         transformers.utils.logging.enable_progress_bar()
         huggingface_hub.utils.enable_progress_bars()
+
+
+def test_auto_costs_a_language_model_by_its_whole_model_on_every_token(tmp_path):
+    from fedsim.config import RuntimeConfig, load_config
+    from fedsim.runtime.executor_choice import (
+        EVAL_SHARE,
+        SECONDS_PER_PARAM_TOKEN,
+        RunWork,
+        choose_executor,
+    )
+    from fedsim.simulation import Simulation
+
+    tiny = shared_tiny_model(tmp_path.parent)
+    simulation = Simulation(load_config("configs/quickstart.yaml", lm_args(tiny, tmp_path)))
+    work = RunWork.of(simulation)
+    whole = sum(p.numel() for p in simulation.template.parameters())
+    assert work.params == whole > 50 * simulation.initial_params.numel()  # the base counts
+    assert work.tokens == 16
+    train = sum(len(c.train) for c in simulation.data.clients)  # every client, one epoch
+    tested = sum(len(c.test) for c in simulation.data.clients)
+    by_hand = (1 * train + 2 * tested * EVAL_SHARE) * 16 * whole * SECONDS_PER_PARAM_TOKEN
+    assert work.local_seconds() == pytest.approx(by_hand)
+    line = choose_executor(RuntimeConfig(), work).line()
+    assert f"{whole / 1e6:.1f} M parameters x 16 tokens a sample" in line and "rough" in line
