@@ -29,6 +29,7 @@ from fedsim.config import check_given_once, load_config
 from fedsim.early_start import start_early
 from fedsim.errors import ConfigError, RunFailure
 from fedsim.interrupts import stop_reason, stop_signals
+from fedsim.pretrained import quiet_progress_bars
 from fedsim.run_folder import check_out_dir, default_run_dir
 from fedsim.runtime.adapter_sample import add_sample_command
 from fedsim.search.compare_command import add_compare_command
@@ -99,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(check_experiment(cfg))
         return 0
+    quiet_progress_bars(args.no_progress)  # the model loader's bars too (workers' as well)
     early = start_early(cfg, resume=args.resume)  # every check, then (on Ray) Ray's start
     from fedsim.experiment import RunInterrupted, run_experiment
 

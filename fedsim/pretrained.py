@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,24 @@ def load_tokenizer(key: str, source: str) -> Any:
         raise ConfigError(
             key, source, f"holds no tokenizer transformers can read: {first}"
         ) from None
+
+
+def quiet_progress_bars(quiet: bool = True) -> None:
+    """With ``quiet`` (``--no-progress``), no progress bar from transformers' and the Hub's
+    loaders: in this process, and, through the environment, in the workers it starts."""
+    import sys
+
+    if not quiet:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:  # imported already: it read the variable then
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        import huggingface_hub
+
+        huggingface_hub.utils.disable_progress_bars()
 
 
 def load_frozen_base(key: str, source: str, dtype: str = "float32", weights: bool = True) -> Any:

@@ -135,6 +135,10 @@ def build_model(name: str, args: dict[str, Any] | None = None, **kwargs: Any) ->
             )  # fmt: skip
     return cls(**kwargs, **args)
 
+# peft's LoraConfig names (and lora_r, a common guess) -> the built-in adapter models' own
+PEFT_NAMES = {"r": "rank", "lora_r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout",
+              "target_modules": "targets"}  # fmt: skip
+
 
 def _check_args(
     cls: type, args: dict[str, Any], given: dict[str, Any], params: Any, takes_any: bool
@@ -168,6 +172,12 @@ def _check_args(
             raise ConfigError(
                 f"model.args.{key}", value, f"{cls.__name__} takes its {key} from client.{key} "
                 "(its optimizer is fedsim's client.optimizer); set that instead",
+            )  # fmt: skip
+        ours = PEFT_NAMES.get(key)
+        if ours in named and key not in named:  # a peft user's first guess
+            raise ConfigError(
+                f"model.args.{key}", value, f"is peft's LoraConfig name; {cls.__name__} calls "
+                f"it {ours}: set model.args.{ours} (the same meaning)",
             )  # fmt: skip
         if key not in named and not takes_any:
             raise ConfigError(

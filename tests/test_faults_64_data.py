@@ -88,4 +88,4 @@ def test_min_samples_says_it_counts_windows_and_how_many_each_client_has():
         build_group_federation(data.dataset, groups, 2, 64, 0.8, 0, "role")
     line = str(err.value)
     assert "has 0 values with >= 64 samples (windows of up to 5 tokens)" in line
-    assert "the largest have 60, 40, 20" in line
+    assert "its clients hold 60, 40, 20 windows (largest first)" in line

@@ -108,3 +108,32 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
         for output in cell.get("outputs", [])
     )
     assert images >= 6  # curves, perplexity, boxplot, classes scatter, client curves, row norms
+
+
+@pytest.mark.slow
+def test_every_panel_reads_fedsim_metric(runs, tmp_path, monkeypatch):
+    """FEDSIM_METRIC=perplexity: the per-client panels draw the clients' perplexity, and the
+    perplexity figure has no panel for held-out clients the runs do not have."""
+    import csv
+
+    run = as_language_model(runs["fedavg"], tmp_path / "tiny-lm")
+    with (run / "clients.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    for row in rows:
+        row["perplexity"] = math.exp(float(row["loss"]))
+    with (run / "clients.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = json.loads((run / "summary.json").read_text())
+    for which in ("best", "final"):
+        summary[which]["perplexity"] = math.exp(summary[which]["loss"])
+    (run / "summary.json").write_text(json.dumps(summary))
+    monkeypatch.setenv("FEDSIM_RUNS", str(run))
+    monkeypatch.setenv("FEDSIM_METRIC", "perplexity")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    text = outputs(notebook)
+    assert "per-client panels: perplexity of ['tiny-lm']" in text
+    assert "perplexity panels: trained clients (test)\n" in text  # no empty held-out panel

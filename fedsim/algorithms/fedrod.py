@@ -42,6 +42,7 @@ from fedsim.algorithms.base import (
     NewcomerRule,
     ServerState,
 )
+from fedsim.algorithms.lora_parts import lora_modules
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
@@ -120,6 +121,12 @@ class FedRoD(SharedPart):
             and layout.by_name[weights[0]].offset < layout.by_name[biases[0]].offset
             and len(shapes[0]) == 2 and shapes[1] == (shapes[0][0],)
         ):  # fmt: skip
+            if lora_modules(layout):  # an adapter's matrices: no class rows to balance
+                raise ConfigError(
+                    "algorithm.name", "fedrod", "balances a classifier's output layer (one "
+                    "Linear with a bias, a row per class), and this model trains a LoRA "
+                    "adapter, which has none: FedRoD does not apply; pick another algorithm",
+                )  # fmt: skip
             raise ConfigError(
                 "algorithm.name",
                 "fedrod",

@@ -33,11 +33,17 @@ def sample_unit(dataset: Dataset) -> str:
     return "samples"
 
 
-def largest(counts: np.ndarray, shown: int = 5) -> str:
-    """The largest clients' sample counts, for a refusal that drops clients."""
-    top = np.sort(np.asarray(counts))[::-1][:shown]
-    more = ", ..." if len(counts) > shown else ""
-    return f"the largest have {', '.join(str(int(c)) for c in top)}{more}"
+def min_samples_hint(counts: np.ndarray, num_clients: int, dataset: Dataset) -> str:
+    """What the clients hold (a packed text's windows), largest first, and the
+    ``data.min_samples`` that keeps ``num_clients`` of them: the end of a refusal."""
+    unit = "windows" if getattr(dataset, "next_token", False) and dataset.split_gap else "samples"
+    ranked = np.sort(np.asarray(counts, np.int64))[::-1]
+    ranked = ranked[ranked > 0]
+    shown = ", ".join(str(int(c)) for c in ranked[:8]) + (", ..." if len(ranked) > 8 else "")
+    hint = f"; its clients hold {shown or 'none'} {unit} (largest first)"
+    if 0 < num_clients <= len(ranked):
+        hint += f": data.min_samples={int(ranked[num_clients - 1])} keeps {num_clients}"
+    return hint
 
 
 def build_group_federation(
@@ -74,9 +80,11 @@ def build_group_federation(
             "data.num_clients",
             num_clients,
             f"data.partition.by={by} has {len(eligible)} values with >= {min_samples} "
-            f"{sample_unit(dataset)}{both} (of {len(values)}; {largest(counts)}); use at most "
-            f"{len(eligible)} or lower data.min_samples",
-        )
+            f"{sample_unit(dataset)}{both} (of {len(values)}); use at most {len(eligible)} or "
+            "lower data.min_samples"
+            + min_samples_hint(counts if test_row is None else np.where(
+                (tests >= 1) & (counts - tests >= 1), counts, 0), num_clients, dataset),
+        )  # fmt: skip
     chosen = eligible[np.lexsort((first[eligible], -counts[eligible]))[:num_clients]]
     # data.max_client_samples: a client's first samples (the data's row order)
     members = [np.flatnonzero(inverse == k)[:max_client_samples] for k in chosen]
@@ -138,8 +146,8 @@ def build_natural_federation(
             "data.num_clients",
             num_clients,
             f"{dataset.name} has {len(eligible)} clients with >= {min_samples} "
-            f"{sample_unit(dataset)} (data.min_samples; {largest(usable)}); use at most "
-            f"{len(eligible)} or lower data.min_samples",
+            f"{sample_unit(dataset)} (data.min_samples); use at most {len(eligible)} or lower "
+            "data.min_samples" + min_samples_hint(usable, num_clients, dataset),
         )
     clusters: list[int] | None = None
     if plays is None:

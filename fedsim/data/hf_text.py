@@ -96,6 +96,12 @@ def text_spec(data: Any, model: Any) -> TextSpec | None:
                 )  # fmt: skip
         return None
     task = task or NEXT_TOKEN
+    if task == NEXT_TOKEN and data.label_column != "label":  # not the default: set by hand
+        raise ConfigError(
+            "data.label_column", data.label_column, f"model.name={model.name} predicts the "
+            "next token and reads no label: remove it (to classify rows, "
+            "model.name=sequence_classifier)",
+        )  # fmt: skip
     pair = instruction_columns(data, task, model.name)
     if task == CLASSIFY and data.packing:
         raise ConfigError(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,10 @@ INDEX = "index.json"
 
 
 def peft_model_of(module: nn.Module) -> Any | None:
-    """The peft model inside ``module`` (None: it has no peft adapter)."""
-    try:
-        import peft
-    except ImportError:
+    """The peft model inside ``module`` (None: it has no peft adapter). A process that never
+    imported peft holds none, and a run without an adapter does not pay peft's import."""
+    peft = sys.modules.get("peft")
+    if peft is None:
         return None
     return next((m for m in module.modules() if isinstance(m, peft.PeftModel)), None)
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from fedsim.config import ExperimentConfig
+from fedsim.data.names import TOKENIZED_MODELS
 from fedsim.errors import ConfigError
 from fedsim.runtime.lightning_steps import defines_hook, resolve_optimizers
 from fedsim.runtime.model_fit import check_features
 from lightning_modules.blocks import block_names, output_layer
 from lightning_modules.flat_params import has_frozen_base
-from lightning_modules.registry import owns_optimizers
+from lightning_modules.registry import is_builtin, owns_optimizers
 
 FEATURES_EXAMPLE = (
     "def features(self, x): return <what the output layer reads>; and forward(x) = "
@@ -39,6 +40,19 @@ def check_needs(cfg: ExperimentConfig, module: Any, algorithm: Any, sample: Any)
     """ConfigError for a method ``algorithm.model_needs`` that the module does not define."""
     name = type(module).__name__
     for need in algorithm.model_needs:
+        if not callable(getattr(module, need, None)) and is_builtin(cfg.model.name):
+            predicts_tokens = TOKENIZED_MODELS.get(cfg.model.name) == "next_token"
+            what = (
+                "a language model, without an output layer of classes"
+                if predicts_tokens
+                else f"built in and has no {need}"
+            )
+            raise ConfigError(
+                "algorithm.name", cfg.algorithm.name,
+                f"calls the model's {need}(x), the input of a classifier's output layer, and "
+                f"model.name={cfg.model.name} is {what}: pick another algorithm (or a "
+                f"module of your own that defines {need})",
+            )  # fmt: skip
         if not callable(getattr(module, need, None)):
             raise ConfigError(
                 "model.name", cfg.model.name,

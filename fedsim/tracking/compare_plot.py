@@ -1,4 +1,5 @@
-"""``fedsim report RUN_DIR... --compare PATH``: several runs' accuracy on one time axis.
+"""``fedsim report RUN_DIR... --compare PATH``: several runs' accuracy (perplexity, for runs
+that predict tokens) on one time axis.
 
 Runs that log ``sim_time`` (asynchronous rounds, or any ``system.*`` key set) are drawn
 against virtual time, so a synchronous run that waits for slow clients and one that
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedsim.tracking.perplexity_plot import has_perplexity
 from fedsim.tracking.report import pyplot, save_figure
 from fedsim.tracking.run_data import RunData, is_number
 
@@ -36,7 +38,10 @@ def time_panels(runs: list[RunData], key: str = "acc_weighted") -> list[tuple[st
 
 
 def plot_accuracy_vs_time(runs: list[RunData], path: Path, key: str = "acc_weighted") -> Path:
-    """``time_panels`` side by side, saved to ``path``."""
+    """``time_panels`` side by side, saved to ``path``; runs that all predict tokens are
+    drawn by their perplexity (log scale) instead of their next-token accuracy."""
+    tokens = bool(runs) and all(has_perplexity(r) for r in runs)
+    key = "perplexity" if tokens else key
     panels = time_panels(runs, key)
     plt = pyplot()
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(6.4 * max(1, len(panels)), 4),
@@ -45,9 +50,13 @@ def plot_accuracy_vs_time(runs: list[RunData], path: Path, key: str = "acc_weigh
         for label, x, y in curves:
             ax.plot(x, y, marker="o" if len(x) <= 30 else None, ms=3, label=label)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"test accuracy ({key})")
-        ax.set_ylim(0, 1.02)
+        if tokens:
+            ax.set_ylabel("test perplexity (all tokens)")
+            ax.set_yscale("log")
+        else:
+            ax.set_ylabel(f"test accuracy ({key})")
+            ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
-        ax.set_title(f"accuracy vs {xlabel}", fontsize=10)
+        ax.legend(loc="upper right" if tokens else "lower right", fontsize=8)
+        ax.set_title(f"{'perplexity' if tokens else 'accuracy'} vs {xlabel}", fontsize=10)
     return save_figure(fig, path)

@@ -218,13 +218,14 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
         written = [
             plot_accuracy_curves(run, plots / ACCURACY_CURVES),
             plot_client_distribution(run, plots / CLIENT_DISTRIBUTION),
-            plot_final_vs(run, plots / VS_CLASSES, "classes"),
             plot_final_vs(run, plots / VS_SAMPLES, "samples"),
-            save_figure(
+        ]
+        if not has_perplexity(run):  # next-token prediction has no classes ("1 classes")
+            written[2:2] = [plot_final_vs(run, plots / VS_CLASSES, "classes")]
+            written.append(save_figure(
                 plot_label_distribution(pyplot(), run.partition, run.label),
                 plots / LABEL_DISTRIBUTION,
-            ),  # fmt: skip
-        ]
+            ))  # fmt: skip
         if any("sim_time" in m for m in run.metrics):
             written.append(plot_accuracy_vs_sim_time(run, plots / VS_SIM_TIME))
         if any("unseen/acc_weighted" in m or "global/acc_weighted" in m for m in run.metrics):
