@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from fedsim.errors import ConfigError
-from fedsim.pretrained import DTYPES
 from lightning_modules.dual_adapter import GLOBAL, PERSONAL, add_personal_adapter
+from lightning_modules.lora_args import check_lora_key
 from lightning_modules.lora_residual import RESIDUAL, add_residuals
 from lightning_modules.lora_scale import add_rank_scale
 
@@ -81,21 +81,13 @@ class AdapterParts:
 
 
 def check_lora(rank: Any, alpha: Any, dropout: Any, targets: Any, dtype: str) -> LoraSpec:
-    """``model.args``' adapter keys checked (a ConfigError naming the key otherwise)."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError("model.args.rank", rank, "the LoRA rank must be an integer >= 1")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0:
-        raise ConfigError("model.args.alpha", alpha, "LoRA's alpha must be a number > 0")
-    if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ConfigError("model.args.dropout", dropout, "must be in [0, 1)")
+    """``model.args``' adapter keys checked (a ConfigError naming the key otherwise), by the
+    rules the config check applies too (``lora_args``)."""
+    given = {"rank": rank, "alpha": alpha, "dropout": dropout, "targets": targets, "dtype": dtype}
+    for name, value in given.items():
+        check_lora_key(name, value)
     if isinstance(targets, str):
         targets = [targets]
-    if not targets or not all(isinstance(t, str) and t for t in targets):
-        raise ConfigError(
-            "model.args.targets", targets, "a list of module names, e.g. [q_proj, v_proj]"
-        )
-    if dtype not in DTYPES:
-        raise ConfigError("model.args.dtype", dtype, f"allowed: {', '.join(DTYPES)}")
     return LoraSpec(rank, alpha, dropout, list(targets))
 
 

@@ -316,6 +316,7 @@ def test_the_sibling_rule_fails_on_a_made_up_tree(tmp_path) -> None:
 
 CONFIG_CHECK = """
 import sys
+import fedsim.cli  # the command line itself: a config mistake is answered before torch loads
 from fedsim.algorithm_params import BUILTIN_NAMES
 from fedsim.config import load_config
 from fedsim.keys import all_keys, overview
@@ -329,8 +330,9 @@ print(len(BUILTIN_NAMES), sorted(m for m in ("torch", "lightning", "ray") if m i
 
 def test_checking_every_algorithms_config_imports_no_torch() -> None:
     """The config check reads each algorithm's Params from fedsim/algorithm_params/ (torch
-    takes a second to import, Lightning and Ray more): a fresh process validates a config of
-    every built-in algorithm and lists every key without importing them."""
+    takes a second to import, Lightning and Ray more): a fresh process loads the command line,
+    validates a config of every built-in algorithm and lists every key without importing them
+    (so a mistyped key or value is one line in about a second)."""
     proc = subprocess.run(
         [sys.executable, "-c", CONFIG_CHECK], cwd=REPO, capture_output=True, text=True,
         timeout=120, check=False,

@@ -42,7 +42,6 @@ from fedsim.algorithms.base import (
     NewcomerRule,
     ServerState,
 )
-from fedsim.algorithms.lora_parts import lora_modules
 from fedsim.algorithms.registry import register
 from fedsim.algorithms.shared_part import SharedPart
 from fedsim.errors import ConfigError
@@ -121,7 +120,7 @@ class FedRoD(SharedPart):
             and layout.by_name[weights[0]].offset < layout.by_name[biases[0]].offset
             and len(shapes[0]) == 2 and shapes[1] == (shapes[0][0],)
         ):  # fmt: skip
-            if lora_modules(layout):  # an adapter's matrices: no class rows to balance
+            if federation.adapters is not None:  # an adapter's matrices: no class rows
                 raise ConfigError(
                     "algorithm.name", "fedrod", "balances a classifier's output layer (one "
                     "Linear with a bias, a row per class), and this model trains a LoRA "

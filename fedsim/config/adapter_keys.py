@@ -9,6 +9,7 @@ from typing import Any
 
 from fedsim.data.names import TOKENIZED_MODELS
 from fedsim.errors import ConfigError
+from lightning_modules.lora_args import check_lora_args
 
 DEFAULT_RANK = 8  # causal_lm's and sequence_classifier's model.args.rank (a test checks both)
 
@@ -24,7 +25,10 @@ def _client_key(key: str, client: Any, value: Any, num_clients: int) -> None:
 
 
 def check_adapter_keys(cfg: Any) -> None:
-    """HetLoRA's ranks fit the model's rank and name clients that exist (ConfigError)."""
+    """An adapted model's LoRA keys are allowed (from the config alone: no model is loaded);
+    HetLoRA's ranks fit the model's rank and name clients that exist (ConfigError)."""
+    if cfg.model.name in TOKENIZED_MODELS:
+        check_lora_args(cfg.model.args or {})
     if cfg.algorithm.name != "hetlora":
         return
     p, n = cfg.algorithm.params, cfg.data.num_clients

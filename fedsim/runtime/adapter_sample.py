@@ -18,10 +18,8 @@ from typing import Any
 
 import yaml
 
-from fedsim.data.hf_instruct import instruction_text
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, load_frozen_base, load_tokenizer, shared_copy
-from fedsim.runtime.adapter_export import INDEX
 
 LM_MODELS = ("causal_lm",)
 
@@ -46,6 +44,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 
 def adapter_folder(run_dir: Path, client: str | None) -> tuple[Path, str]:
     """The peft folder to sample from and what it is, for ``client`` (None: the global)."""
+    from fedsim.runtime.adapter_export import INDEX  # imports torch: not at `fedsim` start-up
+
     index_path = run_dir / "adapters" / INDEX
     if not index_path.is_file():
         raise ConfigError(
@@ -126,6 +126,8 @@ def prompt_ids(tokenizer: Any, prompt: str, config: dict[str, Any]) -> Any:
     import torch
 
     if (config.get("data") or {}).get("prompt_column"):
+        from fedsim.data.hf_instruct import instruction_text  # imports torch
+
         head, _ = instruction_text(tokenizer, prompt)
         ids = tokenizer(head, add_special_tokens=False)["input_ids"]
     else:

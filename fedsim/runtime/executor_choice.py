@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedsim.config import RuntimeConfig
-from lightning_modules.flat_params import has_frozen_base
 
 RAY_START_S = 30.0  # a local Ray and its actors ready, a 2-core machine (measured 27-40 s)
 # one sample through forward and backward, per model parameter, on one CPU thread: measured
@@ -57,6 +56,8 @@ class RunWork:
         at an evaluation, the evaluations, the parameters."""
         plan, data, cfg = simulation.plan, simulation.data, simulation.cfg
         template = getattr(simulation, "template", None)
+        from lightning_modules.flat_params import has_frozen_base  # torch: a run's, not a check's
+
         frozen = template is not None and has_frozen_base(template)  # a base under adapters
         params = int(simulation.initial_params.numel())
         if frozen:  # the work is the whole model's, on every token
