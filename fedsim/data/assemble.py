@@ -16,11 +16,11 @@ from typing import Any
 from fedsim.data.build import NATURAL, build_federated_data
 from fedsim.data.client_labels import permute_labels
 from fedsim.data.datasets import Dataset, load_dataset
-from fedsim.data.debian_reference import check_prepared
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
 from fedsim.data.lm_text import load_lm_dataset
 from fedsim.data.names import LM_DATASET_NAMES
+from fedsim.data.prepared import check_prepared
 from fedsim.errors import ConfigError
 
 
@@ -36,7 +36,7 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
     d = cfg.data
     hf = None
     if dataset is None and is_hf_name(d.name):  # through the conversion cache under data.root
-        check_prepared(d.name)  # data.name=debian-reference: `make data` made it?
+        check_prepared(d.name)  # a dataset `make data` prepares: made?
         hf = load_hf(hf_source(d, cfg.model), d.root)
         dataset = hf.dataset
     elif dataset is None and d.name in LM_DATASET_NAMES:  # tokenized by data.tokenizer

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.data.prepared import prepared_path as _prepared_path
 from fedsim.errors import ConfigError
 
 NAME = "debian-reference"
 LANGUAGES = ("en", "de", "es", "fr", "it", "ja", "pt")
 SOURCE = Path("/usr/share/debian-reference")
-RELATIVE_PATH = Path(NAME) / f"{NAME}.parquet"  # under data.root
 CLIENTS_PER_LANGUAGE = 4
 SEED = 0
 LICENCE = "GPL-2+ (Debian Reference, Osamu Aoki and its translators)"
@@ -147,25 +147,7 @@ def write(columns: dict[str, list[Any]], out: Path) -> Path:
 
 def prepared_path(root: str | Path) -> Path:
     """Where ``make data`` writes the dataset under ``data.root``."""
-    return Path(root).expanduser() / RELATIVE_PATH
-
-
-def resolve(root: str | Path) -> str:
-    """``data.name=debian-reference`` as the ``hf:`` path of its prepared file under ``root``
-    (``check_prepared`` says how to make it when it is missing, as the data is built)."""
-    return f"hf:{prepared_path(root)}"
-
-
-def check_prepared(name: str) -> None:
-    """A one-line ConfigError saying ``make data`` when ``name`` is the ``hf:`` path of this
-    dataset's prepared file and the file is missing (other names pass)."""
-    path = Path(name.removeprefix("hf:"))
-    if path.parts[-2:] == RELATIVE_PATH.parts and not path.is_file():
-        raise ConfigError(
-            "data.name", NAME, f"needs {path}, which is missing: run `make data` (installs "
-            "Debian's debian-reference-* packages and prepares them), or python -m "
-            "fedsim.data.debian_reference --out <that path>",
-        )  # fmt: skip
+    return _prepared_path(NAME, root)
 
 
 def main(argv: list[str] | None = None) -> int:

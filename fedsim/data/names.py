@@ -19,7 +19,7 @@ TOKENIZED_MODELS = {"causal_lm": "next_token", "sequence_classifier": "classify"
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES + LM_DATASET_NAMES
 # prepared by `make data` into an hf: file under data.root, read as that file (the config
 # names it by its hf: path: fedsim/data/debian_reference.py)
-PREPARED_DATASET_NAMES = ("debian-reference",)
+PREPARED_DATASET_NAMES = ("debian-reference", "shakespeare-instruct")  # fedsim/data/prepared.py
 # data.normalize: pfllib (x - 0.5) / 0.5 | standard (the dataset's published mean and std) |
 # none (x / 255); fedsim/data/dataset_types.py
 NORMALIZATIONS = ("pfllib", "standard", "none")
@@ -33,6 +33,7 @@ SUMMARIES = {
     "leaf-shakespeare": "LEAF's Shakespeare JSON under data.root",
     "shakespeare-lm": "shakespeare's roles tokenized for a language model (data.tokenizer)",
     "debian-reference": "the Debian Reference manual in 7 languages, 4 clients each (make data)",
+    "shakespeare-instruct": "prompt / response pairs from the plays' speeches (make data)",
 }
 
 HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py
