@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from fedsim.errors import ConfigError
-from fedsim.search.compare import load_methods, run_numbers, versus
-from fedsim.search.compare_table import write_comparison
+from fedsim.search.compare import compare_methods, load_methods, run_numbers, versus
+from fedsim.search.compare_table import plotted_metric, write_comparison
 from fedsim.search.stats import paired_difference, supported, t_interval
 from fedsim.tracking.clients_hurt import clients_hurt
 from fedsim.tracking.run_data import load_run
@@ -151,6 +151,13 @@ def test_language_model_runs_get_perplexity_and_held_out_columns(tmp_path) -> No
     write_run(tmp_path / "img" / "b-seed0", "b", "fedavg", 0, [0.5, 0.5], [100, 100])
     plain = write_comparison(load_methods([tmp_path / "img"]), [], tmp_path / "out2")
     assert "perplexity" not in plain[0].read_text()
+    # methods.png draws the table's own metric: perplexity (log) for these runs, else accuracy
+    lm_rows, _ = compare_methods(methods, [])
+    assert plotted_metric(lm_rows) == (("ppl", "val_ppl"), "test perplexity (lower is better)",
+                                       1.0, True)  # fmt: skip
+    img_rows, _ = compare_methods(load_methods([tmp_path / "img"]), [])
+    assert plotted_metric(img_rows)[0] == ("acc", "val_acc")
+    assert plotted_metric(img_rows + lm_rows)[0] == ("acc", "val_acc")  # only where all have it
 
 
 def test_reproduce_tables_end_with_the_comparison(tmp_path) -> None:

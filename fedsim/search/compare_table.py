@@ -143,27 +143,39 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def plotted_metric(rows: list[dict]) -> tuple[tuple[str, str], str, float, bool]:
+    """What methods.png draws: perplexity where every method has it (language models: the
+    table's own metric, lower is better, on a log scale), else accuracy in %. Returns the
+    (final, val-selected) keys, the axis label, the scale factor and whether the axis is log."""
+    if rows and all(not math.isnan(row.get("ppl_mean", math.nan)) for row in rows):
+        return ("ppl", "val_ppl"), "test perplexity (lower is better)", 1.0, True
+    return ("acc", "val_acc"), "test accuracy (%)", 100.0, False
+
+
 def plot_methods(rows: list[dict], methods: list[Method], path: Path) -> Path:
-    """Each method's final and val-selected accuracy: seeds as dots, the mean with its 95 %
-    interval as a bar."""
+    """Each method's final and val-selected metric (``plotted_metric``: perplexity for
+    language models, else accuracy): seeds as dots, the mean with its 95 % interval as a bar."""
     from fedsim.search.compare import run_numbers
     from fedsim.tracking.report import pyplot, save_figure
 
+    keys, label, scale, log = plotted_metric(rows)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(rows)), 4))
-    for offset, key in ((-0.15, "acc"), (0.15, "val_acc")):
+    for offset, key in zip((-0.15, 0.15), keys, strict=True):
         for i, (row, method) in enumerate(zip(rows, methods, strict=True)):
             if math.isnan(row[f"{key}_mean"]):
                 continue
-            mean, lo, hi = (100 * row[f"{key}_{k}"] for k in ("mean", "lo", "hi"))
+            mean, lo, hi = (scale * row[f"{key}_{k}"] for k in ("mean", "lo", "hi"))
             err = None if math.isnan(lo) else [[mean - lo], [hi - mean]]
             ax.errorbar(i + offset, mean, yerr=err, fmt="o", capsize=4,
-                        color="C0" if key == "acc" else "C1",
-                        label=COLUMNS[key] if i == 0 else None)  # fmt: skip
-            seeds = [100 * run_numbers(r)[key] for r in method.runs.values()]
+                        color="C0" if key == keys[0] else "C1",
+                        label={**COLUMNS, **OPTIONAL}[key] if i == 0 else None)  # fmt: skip
+            seeds = [scale * run_numbers(r)[key] for r in method.runs.values()]
             ax.plot([i + offset] * len(seeds), seeds, ".", color="grey", alpha=0.6)
     ax.set_xticks(range(len(rows)), [r["label"] for r in rows], rotation=20, fontsize=8)
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel(label)
+    if log:
+        ax.set_yscale("log")
     ax.set_title("mean over seeds with 95 % interval; dots: seeds", fontsize=9)
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
