@@ -10,7 +10,9 @@ partition.json, config.yaml), so a report can be redrawn at any time:
 - ``label_distribution.png``: the training labels of each client (``label_plot.py``);
 - ``accuracy_vs_sim_time.png`` (runs that log ``sim_time``: asynchronous rounds, or
   any ``system.*`` key set): accuracy against simulated time;
-- ``perplexity.png`` (next-token prediction): perplexity per round, overall and per client.
+- ``perplexity.png`` (next-token prediction): perplexity per round, overall and per client;
+- ``scheduled_values.png`` (a value given as a schedule): each such value per round above the
+  metric it produced (``schedule_plot.py``).
 
 An algorithm's own figures (cwFedAvg's ``row_norms.png``...), drawn at the end of a run from
 its final state and redrawn by ``fedsim report`` from a final checkpoint, are the other PNGs
@@ -31,6 +33,7 @@ import numpy as np
 from fedsim.tracking.label_plot import plot_label_distribution
 from fedsim.tracking.perplexity_plot import PERPLEXITY_PLOT, has_perplexity, plot_perplexity
 from fedsim.tracking.run_data import CLIENT_COLUMNS, RunData, is_number, load_run  # noqa: F401
+from fedsim.tracking.schedule_plot import SCHEDULES_PLOT, plot_scheduled_values, scheduled_keys
 
 ACCURACY_CURVES = "accuracy_curves.png"
 CLIENT_DISTRIBUTION = "client_accuracy_distribution.png"
@@ -232,8 +235,11 @@ def write_report(run_dir: str | Path, run: RunData | None = None) -> list[Path]:
             written.append(plot_seen_vs_unseen(run, plots / SEEN_VS_UNSEEN))
         if has_perplexity(run):
             written.append(plot_perplexity(run, plots / PERPLEXITY_PLOT, pyplot(), save_figure))
+        if scheduled_keys(run):  # a value given as a schedule, beside what it produced
+            written.append(plot_scheduled_values(run, plots / SCHEDULES_PLOT, pyplot(),
+                                                 save_figure))  # fmt: skip
     for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
         print(f"fedsim: warning: plots of {run.run_dir}: {message}", file=sys.stderr)
-    drawn = (*REPORT_PLOTS, VS_SIM_TIME, SEEN_VS_UNSEEN, PERPLEXITY_PLOT)
+    drawn = (*REPORT_PLOTS, VS_SIM_TIME, SEEN_VS_UNSEEN, PERPLEXITY_PLOT, SCHEDULES_PLOT)
     written += sorted(p for p in plots.glob("*.png") if p.name not in drawn)
     return written
