@@ -157,13 +157,20 @@ def test_8_the_notebooks_curves_group_seeds_per_method(tmp_path):
     runs = [run("ditto", "ditto", s) for s in (0, 1, 2)] + [run("fp", "fedper", 0),
             run("fp-iid", "fedper", 0, alpha=1.0)]  # fmt: skip
     groups = method_groups(runs)
-    assert [g.label for g in groups] == [
-        "ditto, seeds 0, 1, 2", "fp (fedper), seed 0", "fp-iid (fedper), seed 0"
+    assert [g.label for g in groups] == [  # two settings of a method: by what differs
+        "ditto, seeds 0, 1, 2", "fedper (data.partition.alpha=0.1), seed 0",
+        "fedper (data.partition.alpha=1.0), seed 0",
     ]  # fmt: skip
+    from fedsim.tracking.run_groups import setting_labels
+
+    configs = [{"seed": 0, "client": {"lr": 0.05, "epochs": 1}, "algorithm": {"name": "a"}},
+               {"seed": 1, "client": {"lr": 0.005, "epochs": 1}, "algorithm": {"name": "b"}}]
+    assert setting_labels(configs) == ["algorithm.name=a, client.lr=0.05",
+                                       "algorithm.name=b, client.lr=0.005"]  # fmt: skip
     assert [len(g.runs) for g in groups] == [3, 1, 1] and [g.color for g in groups] == [0, 1, 2]
     notebook = json.loads((README.parent / "notebooks" / "analysis.ipynb").read_text())
     sources = ["".join(c["source"]) for c in notebook["cells"]]
-    curves = next(s for s in sources if "acc_worst10" in s and "plt.subplots(1, 3" in s)
+    curves = next(s for s in sources if "acc_worst10" in s and "plt.subplots(" in s)
     assert "method_groups(runs)" in curves and "label=run.label" not in curves
 
 

@@ -179,3 +179,12 @@ def test_reproduce_tables_end_with_the_comparison(tmp_path) -> None:
     assert "| vs r (fedavg) | seeds |" in table  # the default reference: the one FedAvg
     assert "| m (ditto) | 2 | 0% | 0% | 100% | 0.0 | +10.00 [+10.00, +10.00] | n/a |" in table
     assert (tmp_path / "compare.csv").is_file() and (tmp_path / "plots" / "methods.png").is_file()
+
+
+def test_a_cell_over_runs_without_the_metric_leaves_them_out() -> None:
+    """The notebook's comparison over runs some of which lack the metric (FEDSIM_METRIC=
+    perplexity beside image runs: None) shows the others' mean, and n/a when none has it."""
+    from fedsim.search.stats import mean_std_cell
+
+    assert mean_std_cell([20.0, None, 22.0], scale=1.0, digits=1) == "21.0 ± 1.4"
+    assert mean_std_cell([None, None], scale=1.0) == "n/a"

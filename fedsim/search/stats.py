@@ -34,8 +34,10 @@ def format_mean_std(mean: float, std: float, scale: float = 100.0, digits: int =
 
 
 def mean_std_cell(values: Iterable[float], scale: float = 100.0, digits: int = 2) -> str:
-    """A table cell of ``values``: ``format_mean_std`` of ``mean_std(scale * values)``."""
-    return format_mean_std(*mean_std(scale * v for v in values), scale=1.0, digits=digits)
+    """A table cell of ``values``: ``format_mean_std`` of ``mean_std(scale * values)``;
+    values that are no number (a run without this metric: None) are left out."""
+    numbers = (scale * v for v in values if isinstance(v, (int, float)))
+    return format_mean_std(*mean_std(numbers), scale=1.0, digits=digits)
 
 
 def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float]:
