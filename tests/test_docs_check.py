@@ -23,7 +23,12 @@ def broken_copy(tmp_path: Path) -> Path:
     """A copy of the repository's tracked-looking files (no venv, git or caches); its
     index.md links a page that is not there. Returns the copy's mkdocs.yml."""
     copy = tmp_path / "repo"
-    skipped = shutil.ignore_patterns(".*", "site", "runs", "__pycache__", "*.egg-info")
+    anywhere = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info")
+    at_root = {"site", "runs", "data", "wandb"}  # git-ignored outputs and prepared data
+
+    def skipped(folder: str, names: list[str]) -> set[str]:
+        return anywhere(folder, names) | (at_root & set(names) if folder == str(REPO) else set())
+
     shutil.copytree(REPO, copy, ignore=skipped)
     with open(copy / "docs" / "index.md", "a") as index:
         index.write("\nSee [the missing page](no-such-page.md).\n")
