@@ -77,3 +77,10 @@ def field_schedulable(cls: type, name: str) -> bool:
         if declared is not None and "check" in declared.metadata:
             return bool(declared.metadata.get("schedulable"))
     return False
+
+
+def patterns_or_none(value: Any) -> bool:
+    """None, or a non-empty list of non-empty strings (shell patterns of client names)."""
+    return value is None or (
+        isinstance(value, list) and len(value) > 0 and all(isinstance(p, str) and p for p in value)
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedsim.checks import checked
+from fedsim.checks import checked, patterns_or_none
 from fedsim.errors import ConfigError
 
 EVAL_MODELS = ("personal", "global", "both")
@@ -44,9 +44,7 @@ class EvalConfig:
     # patterns such as [*-3] (one client per language of debian-reference); with
     # holdout_clients 0, instead of the seed's draw
     holdout_names: list | None = checked(
-        None,
-        lambda v: v is None or (isinstance(v, list) and len(v) > 0
-                                and all(isinstance(p, str) and p for p in v)),
+        None, patterns_or_none,
         "a non-empty list of name patterns such as *-3 (or null: none by name)",
     )  # fmt: skip
     finetune_epochs: int = checked(  # epochs a newcomer adapts on its own train split

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsim.checks import checked
+from fedsim.checks import checked, patterns_or_none
 from fedsim.data.names import NORMALIZATIONS, dataset_loader
 
 
@@ -83,11 +83,8 @@ class PartitionConfig:
     # natural: only the clients whose data.partition.by value matches one of these shell
     # patterns (debian-reference's English clients: [en-*]); null: every value
     values: list | None = checked(
-        None,
-        lambda v: v is None or (isinstance(v, list) and len(v) > 0
-                                and all(isinstance(p, str) and p for p in v)),
-        "a non-empty list of patterns such as en-* (or null: every value)",
-    )  # fmt: skip
+        None, patterns_or_none, "a non-empty list of patterns such as en-* (or null: every value)"
+    )
     args: dict = checked(  # flwr:<Partitioner>: its arguments, e.g. {alpha: 0.5, seed: 42}
         predicate=lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
         allowed="a mapping of the partitioner's argument names to values",
