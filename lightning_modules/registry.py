@@ -135,6 +135,17 @@ def build_model(name: str, args: dict[str, Any] | None = None, **kwargs: Any) ->
             )  # fmt: skip
     return cls(**kwargs, **args)
 
+CLIENT_SETTINGS = ("lr", "momentum", "weight_decay")  # client.<key> on fedsim's optimizer
+
+
+def sets_client_settings(cls: type) -> bool:
+    """Whether fedsim sets ``client.*``'s optimizer settings on ``cls`` (a built-in
+    ``FLModule`` that does not own its optimizers)."""
+    from lightning_modules.base import FLModule
+
+    return isinstance(cls, type) and issubclass(cls, FLModule) and not owns_optimizers(cls)
+
+
 # peft's LoraConfig names (and lora_r, a common guess) -> the built-in adapter models' own
 PEFT_NAMES = {"r": "rank", "lora_r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout",
               "target_modules": "targets"}  # fmt: skip
@@ -150,6 +161,9 @@ def _check_args(
     named = [n for n in list(params)[1:] if params[n].kind not in (
         params[n].VAR_POSITIONAL, params[n].VAR_KEYWORD)]  # fmt: skip
     retired = getattr(cls, "retired_args", {})
+    # a built-in module whose optimizer is fedsim's gets these from client.* (set on it when
+    # it is built: ModelBuild.apply), so model.args may not give them
+    fedsim_settings = CLIENT_SETTINGS if sets_client_settings(cls) else ()
     for key, value in args.items():
         if key in retired:
             raise ConfigError(
@@ -168,7 +182,7 @@ def _check_args(
             )  # fmt: skip
         if key == "hidden":
             raise ConfigError(f"model.args.{key}", value, "set it as model.hidden")
-        if key in given:  # a model that takes client.*: lr, momentum, weight_decay
+        if key in given or key in fedsim_settings:  # client.*: lr, momentum, weight_decay
             raise ConfigError(
                 f"model.args.{key}", value, f"{cls.__name__} takes its {key} from client.{key} "
                 "(its optimizer is fedsim's client.optimizer); set that instead",

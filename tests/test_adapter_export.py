@@ -94,7 +94,7 @@ def run(cfg, out: Path):
 @pytest.mark.parametrize(
     ("algorithm", "args", "has_global"),
     [("fedavg", "", True), ("fedsa_lora", "", False), ("ditto", "", True),
-     ("fedper", "", False), ("feddpa", ", personal_adapter: true", True)],
+     ("fedper", "", False), ("feddpa", "", True)],  # FedDPA declares its personal adapter
 )  # fmt: skip
 def test_peft_loads_each_adapter_with_fedsim_logits(
     tiny, data_root, tmp_path, algorithm, args, has_global
@@ -107,7 +107,7 @@ def test_peft_loads_each_adapter_with_fedsim_logits(
     folder = tmp_path / "run" / "adapters"
     index = json.loads((folder / "index.json").read_text())
     assert (index["global"] is not None) == has_global
-    model_args = {"personal_adapter": True} if algorithm == "feddpa" else {}
+    model_args = {"adapter_variant": "personal"} if algorithm == "feddpa" else {}
     if has_global:
         assert (folder / "global" / "adapter_config.json").is_file()
         flat = result.simulation.algorithm.global_params(

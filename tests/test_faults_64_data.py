@@ -39,6 +39,14 @@ def test_a_typo_that_is_no_hub_id_fails_at_config_time(tmp_path, monkeypatch, ty
     assert "owner/name" in line and "\n" not in line
 
 
+def test_a_shipped_configs_missing_folder_loads_beside_a_data_folder(tmp_path, monkeypatch):
+    """``hf:data/celeba`` (configs/hf/, a folder the user makes) is owner/name-shaped: the
+    config loads with or without a ``data/`` folder here (``make data`` makes one)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    assert load_config(None, ["data.name=hf:data/celeba"]).data.name == "hf:data/celeba"
+
+
 def test_a_json_lines_file_that_is_not_utf8_is_one_line(tmp_path):
     rows = [{"x0": 0.1 * i, "x1": 1.0, "label": i % 2, "note": "ok"} for i in range(30)]
     bad = _jsonl(

@@ -18,6 +18,7 @@ from helpers import stderr_lines
 from fedsim.checks import field_check, field_schedulable
 from fedsim.cli import main
 from fedsim.config import AlgorithmConfig, ExperimentConfig
+from fedsim.config.lr_schedule import OLD_KEYS
 from fedsim.data.names import DATASET_NAMES
 from fedsim.keys import algorithm_keys, algorithm_names, all_keys, experiment_keys
 from fedsim.schedules import KEYS as SCHEDULE_KINDS
@@ -227,6 +228,8 @@ def test_every_dotted_key_the_docs_name_exists() -> None:
                 base, _, setting = key.rpartition(".")
                 if setting in SCHEDULE_SETTINGS and base.count("."):
                     key = base  # a schedule's setting (algorithm.mu.decay: fedsim/schedules.py)
+                if key in OLD_KEYS:  # deprecated, still read (as a schedule on client.lr)
+                    continue
                 if key.startswith("algorithm."):
                     ok = key.removeprefix("algorithm.") in any_algorithm
                 else:  # model.args holds the constructor's own names

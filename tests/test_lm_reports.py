@@ -4,6 +4,7 @@ accuracy-vs-classes plot (one class), ``fedsim report --compare`` in perplexity,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,5 +113,7 @@ def test_auto_costs_a_language_model_by_its_whole_model_on_every_token(tmp_path)
     tested = sum(len(c.test) for c in simulation.data.clients)
     by_hand = (1 * train + 2 * tested * EVAL_SHARE) * 16 * whole * SECONDS_PER_PARAM_TOKEN
     assert work.local_seconds() == pytest.approx(by_hand)
-    line = choose_executor(RuntimeConfig(), work).line()
+    with pytest.MonkeyPatch.context() as patch:  # as in a fresh process: no Ray joined yet
+        patch.delitem(sys.modules, "ray", raising=False)  # (another test here may have)
+        line = choose_executor(RuntimeConfig(), work).line()
     assert f"{whole / 1e6:.1f} M parameters x 16 tokens a sample" in line and "rough" in line

@@ -16,6 +16,7 @@ from fedsim.errors import ConfigError
 from fedsim.schedules import is_schedule
 
 OLD_KINDS = ("constant", "exponential", "cosine")
+OLD_KEYS = ("client.lr_schedule", "client.lr_decay")  # read, with a deprecation note
 
 
 def translate_lr_schedule(raw: dict[str, Any]) -> list[str]:

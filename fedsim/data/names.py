@@ -49,12 +49,13 @@ DATASET_ALLOWED = (
 
 def looks_local(name: str) -> bool:
     """Whether ``hf:<name>`` that does not exist is a mistyped local path rather than a Hub
-    id: it starts like a path, has a data file's suffix, is nested deeper, its first folder
-    exists here, or it has no ``owner/name`` shape at all (``hf:imgz``)."""
+    id: it starts like a path, has a data file's suffix, is nested deeper, or it has no
+    ``owner/name`` shape at all (``hf:imgz``). A missing ``data/celeba`` (a shipped config's
+    folder, made by the user) has a Hub id's shape: it is left to the data's build, so the
+    config loads whether or not a ``data/`` folder exists here."""
     if name.startswith(("/", "./", "../", "~", ".\\")) or Path(name).suffix in HF_LOCAL_SUFFIXES:
         return True
-    parts = Path(name).parts
-    return len(parts) != 2 or Path(parts[0]).is_dir()
+    return len(Path(name).parts) != 2
 
 
 def check_hf_path(name: str) -> None:

@@ -98,7 +98,7 @@ class AdapterExport:
         state = {k: v.detach().clone().float() for k, v in first.items()}
         if mix is None:
             return config, state, None
-        g, p, w = mix
+        g, p, w = mix[:3]  # (g, p, w, f): f, the prompt share of the mixing weight, exports nothing
         second = get_peft_model_state_dict(self.peft_model, adapter_name=PERSONAL)
         for key, value in list(state.items()):
             other = second[key].detach().float()
