@@ -74,7 +74,7 @@ def test_min_samples_names_the_windows_and_the_value_that_keeps_the_clients(tiny
 
 
 def test_min_samples_hint_by_hand():
-    from fedsim.data.build import min_samples_hint
+    from fedsim.data.min_samples import min_samples_hint
 
     packed = SimpleNamespace(next_token=True, split_gap=1)
     hint = min_samples_hint(np.array([5, 40, 12, 0, 30]), 3, packed)

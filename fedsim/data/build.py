@@ -18,32 +18,13 @@ from fedsim.data.heterogeneity import (
     partition_clustered,
     transform_federation,
 )
+from fedsim.data.min_samples import min_samples_hint, sample_unit
 from fedsim.data.partition import PARTITION_NAMES, check_partition_inputs, partition_labels
 from fedsim.errors import ConfigError
 from fedsim.streams import SPLIT_TAG
 
 ALL_PARTITION_NAMES = PARTITION_NAMES + HETEROGENEITY_NAMES  # data.partition.name
 NATURAL = "natural"  # one client per value of data.partition.by (hf: datasets)
-
-
-def sample_unit(dataset: Dataset) -> str:
-    """What data.min_samples counts in ``dataset``: samples, or a language model's windows."""
-    if getattr(dataset, "next_token", False):
-        return f"samples (windows of up to {dataset.seq_len} tokens)"
-    return "samples"
-
-
-def min_samples_hint(counts: np.ndarray, num_clients: int, dataset: Dataset) -> str:
-    """What the clients hold (a packed text's windows), largest first, and the
-    ``data.min_samples`` that keeps ``num_clients`` of them: the end of a refusal."""
-    unit = "windows" if getattr(dataset, "next_token", False) and dataset.split_gap else "samples"
-    ranked = np.sort(np.asarray(counts, np.int64))[::-1]
-    ranked = ranked[ranked > 0]
-    shown = ", ".join(str(int(c)) for c in ranked[:8]) + (", ..." if len(ranked) > 8 else "")
-    hint = f"; its clients hold {shown or 'none'} {unit} (largest first)"
-    if 0 < num_clients <= len(ranked):
-        hint += f": data.min_samples={int(ranked[num_clients - 1])} keeps {num_clients}"
-    return hint
 
 
 def build_group_federation(
