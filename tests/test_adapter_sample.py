@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lora_fixtures import shared_tiny_model
 
 from fedsim.cli import main
 from fedsim.config import load_config
@@ -21,10 +20,6 @@ from fedsim.experiment import run_experiment
 pytestmark = pytest.mark.xdist_group("lora")
 PROMPT = "To be, or not"
 
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(shared_tiny_model(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="module")

