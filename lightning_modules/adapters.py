@@ -40,8 +40,6 @@ VARIANTS = ("lora", "residual", "personal", "scaled")
 # the modules a variant adds beside the peft model, by the attribute the model holds them as
 # (their entries' names: dual.mix, dual.reference, rank_scale.factor)
 DUAL, RANK_SCALE = "dual", "rank_scale"
-# model.args keys that once asked a model for an algorithm's variant: the algorithm declares it
-RETIRED_ARGS = {"residual": "fedex_lora", "personal_adapter": "feddpa"}
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 

@@ -25,7 +25,6 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, adapter_ready, load_frozen_base, shared_copy
 from lightning_modules.adapters import (
-    RETIRED_ARGS,
     SOURCE_KEY,
     AdapterParts,
     adapter_blocks,
@@ -39,6 +38,7 @@ from lightning_modules.adapters import (
     variant_forward,
 )
 from lightning_modules.base import FLModule
+from lightning_modules.lora_args import RETIRED_ARGS
 
 __all__ = ["SOURCE_KEY", "CausalLM", "check_length", "checkpoint_activations"]
 

@@ -13,6 +13,8 @@ from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES
 
 LORA_KEYS = ("rank", "alpha", "dropout", "targets", "dtype")
+# model.args keys that once asked a model for an algorithm's variant: the algorithm declares it
+RETIRED_ARGS = {"residual": "fedex_lora", "personal_adapter": "feddpa"}
 
 
 def _number(value: Any) -> bool:
@@ -38,8 +40,20 @@ def check_lora_key(name: str, value: Any) -> None:
         raise ConfigError(key, value, f"allowed: {', '.join(DTYPES)}")
 
 
+def refuse_retired(key: str, value: Any) -> None:
+    """A ConfigError for a ``model.args`` key an algorithm's adapter declaration replaced."""
+    if key in RETIRED_ARGS:
+        raise ConfigError(
+            f"model.args.{key}", value, f"is gone: algorithm.name={RETIRED_ARGS[key]} declares "
+            "the adapter variant it needs and fedsim builds it; remove the key",
+        )  # fmt: skip
+
+
 def check_lora_args(args: dict[str, Any]) -> None:
-    """Each LoRA key ``args`` gives is allowed; keys left out take the model's defaults."""
+    """Each LoRA key ``args`` gives is allowed; keys left out take the model's defaults, and
+    the retired variant keys are refused."""
+    for key, value in args.items():
+        refuse_retired(key, value)
     for name in LORA_KEYS:
         if name in args:
             check_lora_key(name, args[name])

@@ -157,6 +157,7 @@ def _check_args(
     """ConfigError for a ``model.args`` key the constructor does not take, or one fedsim
     sets itself (the data's shapes; ``client.*`` for a model that takes them)."""
     from fedsim.errors import ConfigError
+    from lightning_modules.lora_args import refuse_retired
 
     named = [n for n in list(params)[1:] if params[n].kind not in (
         params[n].VAR_POSITIONAL, params[n].VAR_KEYWORD)]  # fmt: skip
@@ -166,10 +167,7 @@ def _check_args(
     fedsim_settings = CLIENT_SETTINGS if sets_client_settings(cls) else ()
     for key, value in args.items():
         if key in retired:
-            raise ConfigError(
-                f"model.args.{key}", value, f"is gone: algorithm.name={retired[key]} declares "
-                "the adapter variant it needs and fedsim builds it; remove the key",
-            )  # fmt: skip
+            refuse_retired(key, value)
         if key in FROM_FEDSIM:
             raise ConfigError(
                 f"model.args.{key}", value, "fedsim sets it (from algorithm.name, or for the "

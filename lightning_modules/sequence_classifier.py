@@ -21,7 +21,6 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.pretrained import SMOLLM2, adapter_ready, load_frozen_base, shared_copy
 from lightning_modules.adapters import (
-    RETIRED_ARGS,
     SOURCE_KEY,
     AdapterParts,
     adapter_blocks,
@@ -34,6 +33,7 @@ from lightning_modules.adapters import (
     variant_forward,
 )
 from lightning_modules.base import FLModule
+from lightning_modules.lora_args import RETIRED_ARGS
 
 HEAD = "head"
 

@@ -24,9 +24,13 @@ BAD = [
     ("targets", "[]", "a list of module names"),
     ("dtype", "float8", "allowed: "),
 ]
+RETIRED = [  # model flags an algorithm's adapter declaration replaced
+    ("residual", "true", "is gone: algorithm.name=fedex_lora declares the adapter variant"),
+    ("personal_adapter", "true", "is gone: algorithm.name=feddpa declares the adapter variant"),
+]
 
 
-@pytest.mark.parametrize(("name", "value", "words"), BAD)
+@pytest.mark.parametrize(("name", "value", "words"), BAD + RETIRED)
 def test_a_bad_lora_key_is_refused_by_the_config(name, value, words):
     with pytest.raises(ConfigError) as refused:
         load_config(str(REPO / LORA), [f"model.args.{name}={value}"])

@@ -217,13 +217,17 @@ def test_a_residual_adds_its_product_as_peft_scales_it_and_never_trains(tiny):
 
 @pytest.mark.parametrize(("key", "algorithm"), [("residual", "fedex_lora"),
                                                 ("personal_adapter", "feddpa")])  # fmt: skip
-def test_a_model_flag_an_algorithm_now_declares_is_refused_naming_it(key, algorithm, tiny, texts):
+def test_a_model_flag_an_algorithm_now_declares_is_refused_naming_it(key, algorithm, tiny):
     """``model.args.residual`` / ``personal_adapter`` are gone: the algorithm declares its
-    variant; a config that still sets one is told so in one line, before anything runs."""
-    cfg = config(tiny, algorithm, f"model.args={{source: {tiny}, rank: {RANK}, {key}: true}}")
+    variant; a config that still sets one is told so in one line when it is read (before any
+    data or model), and a model built by hand with one says the same."""
+    from lightning_modules.registry import build_model
+
     with pytest.raises(ConfigError, match=f"algorithm.name={algorithm} declares") as err:
-        Simulation(cfg, build_data(cfg, texts))
+        config(tiny, algorithm, f"model.args={{source: {tiny}, rank: {RANK}, {key}: true}}")
     assert err.value.key == f"model.args.{key}" and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=f"algorithm.name={algorithm} declares"):
+        build_model("causal_lm", {"source": tiny, "rank": RANK, key: True})
 
 
 def test_the_declared_variant_is_built_on_any_adapted_base(tiny):
