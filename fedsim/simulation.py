@@ -18,12 +18,9 @@ from fedsim.algorithms.base import Algorithm, FederationInfo
 from fedsim.algorithms.registry import get_algorithm_class
 from fedsim.checkpoint import Checkpoint
 from fedsim.config import ExperimentConfig
-from fedsim.config.evaluation import holdout_count
-from fedsim.data.assemble import build_data, cached_dataset
+from fedsim.data.assemble import assemble_data, build_data, cached_dataset
 from fedsim.data.federated import FederatedData
-from fedsim.data.holdout import hold_out, named_ids
 from fedsim.data.names import TOKENIZED_MODELS
-from fedsim.data.validation import carve_validation
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
@@ -107,14 +104,8 @@ class Simulation:
         self.cfg = cfg
         if cfg.model.name in TOKENIZED_MODELS:  # the LoRA rank against the base, before the data
             check_lora_rank(cfg.model.args or {})
-        self.data = data if data is not None else build_data(cfg)
-        # eval.validation_ratio: each client's validation split, out of its train split
-        self.data = carve_validation(self.data, cfg.eval.validation_ratio, cfg.seed)
-        # eval.holdout_clients: the federation is the rest; held-out clients follow it
-        held = holdout_count(cfg.eval.holdout_clients, self.data.num_clients)
-        named = cfg.eval.holdout_names  # or the clients of these names
-        ids = None if named is None else named_ids(self.data.partition, named)
-        self.data = hold_out(self.data, held, cfg.seed, ids)
+        # the data (or ``data``), its validation splits and held-out clients (data/assemble.py)
+        self.data = assemble_data(cfg, data)
         if cfg.eval.select_on == "perplexity" and not getattr(self.data.dataset, "next_token", 0):
             raise ConfigError(
                 "eval.select_on", "perplexity", f"needs next-token prediction, and "

@@ -77,7 +77,7 @@ def test_the_rank_is_checked_before_the_data_is_built(tiny, monkeypatch):
     def no_data(*args, **kwargs):
         raise AssertionError("the data was built before the rank was checked")
 
-    monkeypatch.setattr(simulation, "build_data", no_data)
+    monkeypatch.setattr(simulation, "assemble_data", no_data)
     source, rank = f"model.args.source={tiny}", f"model.args.rank={V_WIDTH + 1}"
     cfg = load_config(None, ["model.name=causal_lm", "data.name=shakespeare-lm", source, rank])
     with pytest.raises(ConfigError, match=r"^model\.args\.rank=17: must be at most 16"):

@@ -17,10 +17,9 @@ from helpers import newcomers_unevaluated, refused_check, run_local_and_ray, unt
 
 from fedsim.algorithm_params import example_params
 from fedsim.config import load_config
-from fedsim.config.evaluation import holdout_count
 from fedsim.data.dataset_types import ImageDataset
 from fedsim.data.federated import ClientSplit, FederatedData
-from fedsim.data.holdout import held_out_ids, hold_out
+from fedsim.data.holdout import held_out_ids, hold_out, holdout_count
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
 from fedsim.metrics import evaluation_summary

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedsim.checks import checked, patterns_or_none
-from fedsim.errors import ConfigError
 
 EVAL_MODELS = ("personal", "global", "both")
 EVAL_TIMES = ("start", "after_training")
@@ -76,20 +75,4 @@ class EvalConfig:
     )
 
 
-def holdout_count(value: float, num_clients: int) -> int:
-    """How many of ``num_clients`` clients ``eval.holdout_clients=value`` holds out
-    (a fraction rounds to the nearest count, at least 1); ConfigError unless at least one
-    client is left to train."""
-    count = int(value) if value >= 1 else max(1, round(value * num_clients)) if value else 0
-    if count >= num_clients:
-        shown = f"{value} ({count} clients)" if value < 1 else int(value)
-        raise ConfigError(
-            "eval.holdout_clients",
-            shown,
-            f"leaves no client to train among data.num_clients={num_clients}; hold out at "
-            f"most {num_clients - 1}",
-        )
-    return count
-
-
-__all__ = ["EVAL_MODELS", "EVAL_TIMES", "SELECT_ON", "EvalConfig", "holdout_count"]
+__all__ = ["EVAL_MODELS", "EVAL_TIMES", "SELECT_ON", "EvalConfig"]

@@ -4,8 +4,10 @@
 pretrained language model: ``hf_text.py``) through the conversion cache under ``data.root``
 (``hf.py``), Shakespeare's roles tokenized for a language model
 (``lm_text.py``), or a built-in or user loader once per process (``cached_dataset``); then
-the partition and each client's split (``build.py``). The config is read by its attributes
-(the config layer sits above this one).
+the partition and each client's split (``build.py``). ``assemble_data`` then carves each
+client's validation split (``validation.py``) and holds out clients (``holdout.py``): the
+federation a run trains on. The config is read by its attributes (the config layer sits
+above this one).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from fedsim.data.client_labels import permute_labels
 from fedsim.data.datasets import Dataset, load_dataset
 from fedsim.data.federated import FederatedData, stratified_subset
 from fedsim.data.hf import hf_source, is_hf_name, load_hf
+from fedsim.data.holdout import hold_out, holdout_count, named_ids
 from fedsim.data.lm_text import load_lm_dataset
 from fedsim.data.names import LM_DATASET_NAMES
 from fedsim.data.prepared import check_prepared
+from fedsim.data.validation import carve_validation
 from fedsim.errors import ConfigError
 
 
@@ -75,3 +79,16 @@ def build_data(cfg: Any, dataset: Dataset | None = None) -> FederatedData:
     if hf is not None:
         data.partition["data"] = hf.info  # partition.json: columns and the label map
     return data
+
+
+def assemble_data(cfg: Any, data: FederatedData | None = None) -> FederatedData:
+    """The federation a run trains on: the config's data (``build_data``; or ``data``, built
+    already), each client's validation split carved out of its train split
+    (``eval.validation_ratio``), then the held-out clients (``eval.holdout_clients``, or
+    the clients ``eval.holdout_names`` names) moved behind the others as newcomers."""
+    data = data if data is not None else build_data(cfg)
+    data = carve_validation(data, cfg.eval.validation_ratio, cfg.seed)
+    held = holdout_count(cfg.eval.holdout_clients, data.num_clients)
+    named = cfg.eval.holdout_names
+    ids = None if named is None else named_ids(data.partition, named)
+    return hold_out(data, held, cfg.seed, ids)

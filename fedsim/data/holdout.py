@@ -20,6 +20,22 @@ from fedsim.errors import ConfigError
 from fedsim.streams import HOLDOUT_TAG
 
 
+def holdout_count(value: float, num_clients: int) -> int:
+    """How many of ``num_clients`` clients ``eval.holdout_clients=value`` holds out
+    (a fraction rounds to the nearest count, at least 1); ConfigError unless at least one
+    client is left to train."""
+    count = int(value) if value >= 1 else max(1, round(value * num_clients)) if value else 0
+    if count >= num_clients:
+        shown = f"{value} ({count} clients)" if value < 1 else int(value)
+        raise ConfigError(
+            "eval.holdout_clients",
+            shown,
+            f"leaves no client to train among data.num_clients={num_clients}; hold out at "
+            f"most {num_clients - 1}",
+        )
+    return count
+
+
 def held_out_ids(num_clients: int, count: int, seed: int) -> list[int]:
     """Which ``count`` of the partition's ``num_clients`` clients are held out (sorted)."""
     if count == 0:
