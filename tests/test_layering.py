@@ -27,7 +27,7 @@ PACKAGES = ("fedsim", "lightning_modules", "ray_jobs")
 
 # bottom to top; a component is a package (with its modules) or a module
 LAYERS: list[tuple[str, ...]] = [
-    ("fedsim", "fedsim.errors"),
+    ("fedsim", "fedsim.errors", "fedsim.hub_offline"),
     (
         "fedsim.checks", "fedsim.sizes", "fedsim.plugins", "fedsim.figures", "fedsim.metrics",
         "fedsim.interrupts", "fedsim.wire", "fedsim.gradient_tasks", "fedsim.startup_timeline",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from fedsim.data.names import HF_PREFIX, looks_local
 from fedsim.errors import ConfigError
+from fedsim.hub_offline import offline_reason
 
 FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 
@@ -78,8 +78,9 @@ def open_split(source: HFSource, cache: str, key: str = "data.split") -> Any:
             "path (a Hugging Face Hub id is owner/name)",
         )  # fmt: skip
     if not path.exists():
-        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no"):
-            raise _hub_unreachable(source, "HF_HUB_OFFLINE is set")
+        offline = offline_reason()  # the one rule of every Hub access (fedsim/hub_offline.py)
+        if offline is not None:
+            raise _hub_unreachable(source, offline)
         try:  # online: datasets' own cache, so a second run does not download again
             loaded = datasets.load_dataset(source.name[len(HF_PREFIX) :])
         except Exception as error:  # noqa: BLE001 - any failure becomes one config error line
