@@ -85,7 +85,7 @@ def lend_pool_to_runs(monkeypatch: Any, held: dict[str, Any]) -> None:
     take the worker actors ``held`` lends (conftest ``ray_pool``) and hand them back at the
     end, instead of starting and killing its own; a CLI run then builds its executor when
     the simulation is built (no early start). Without a lent pool it starts its own."""
-    import fedsim.cli as cli
+    import fedsim.cli.commands as cli
     import fedsim.experiment as experiment
     from fedsim.runtime.factory import make_executor
 

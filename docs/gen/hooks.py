@@ -1,4 +1,4 @@
-"""mkdocs hook: links from a page to repository files outside docs/ (``../fedsim/cli.py``).
+"""mkdocs hook: links from a page to repository files outside docs/ (``../fedsim/experiment.py``).
 
 On GitHub such a link is an ordinary relative link. On the site the file is not a page, so
 the hook checks that it exists (a missing one is a warning, which ``mkdocs build --strict``
