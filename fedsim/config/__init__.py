@@ -1,6 +1,7 @@
 """Typed experiment config, validated before any work: plain data, no torch.
 
-- ``sections.py``: data, model, client, runtime, algorithm and tracking sections;
+- ``data.py`` / ``client.py`` / ``tracking.py``: the data (and its partition), client and
+  tracking sections; ``sections.py``: the model, runtime and algorithm sections;
 - ``deployment.py`` / ``asynchronous.py``: the deployment options and asynchronous rounds;
 - ``evaluation.py``: the ``eval`` section (held-out clients, which model, when);
 - ``system.py``: the ``system`` section (devices, networks, availability, deadlines);
@@ -13,6 +14,8 @@ field's range is declared on it with ``checked`` (fedsim/checks.py), as ``fedsim
 
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.build import build_dataclass, config_from_dict, load_config
+from fedsim.config.client import ClientConfig
+from fedsim.config.data import DataConfig, PartitionConfig
 from fedsim.config.deployment import (
     AggregationConfig,
     AttackConfig,
@@ -21,18 +24,9 @@ from fedsim.config.deployment import (
 )
 from fedsim.config.evaluation import EvalConfig
 from fedsim.config.experiment import ExperimentConfig
-from fedsim.config.sections import (
-    AlgorithmConfig,
-    ClientConfig,
-    DataConfig,
-    ModelConfig,
-    PartitionConfig,
-    RuntimeConfig,
-    TrackingConfig,
-    WandbConfig,
-    is_run_name,
-)
+from fedsim.config.sections import AlgorithmConfig, ModelConfig, RuntimeConfig, is_run_name
 from fedsim.config.system import SpeedSpec, SystemConfig, parse_speeds
+from fedsim.config.tracking import TrackingConfig, WandbConfig
 from fedsim.config.yaml_io import apply_overrides, check_given_once, read_yaml_mapping
 
 __all__ = [

@@ -21,13 +21,14 @@ from fedsim.algorithm_params import params_class
 from fedsim.algorithm_params.base import configuring
 from fedsim.checks import field_check, field_group
 from fedsim.config.adapter_keys import check_adapter_keys
+from fedsim.config.client import ClientConfig
 from fedsim.config.compose import load_raw
 from fedsim.config.effects import check_effective
 from fedsim.config.experiment import ExperimentConfig
 from fedsim.config.lr_schedule import translate_lr_schedule
 from fedsim.config.model_optimizer import resolve_optimizer_keys
 from fedsim.config.scheduled import check_schedules, take_schedules
-from fedsim.config.sections import AlgorithmConfig, ClientConfig
+from fedsim.config.sections import AlgorithmConfig
 from fedsim.config.suggest import closest_key, foreign_algorithm_key
 from fedsim.config.system import move_old_keys
 from fedsim.data.names import PREPARED_DATASET_NAMES

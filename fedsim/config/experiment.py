@@ -9,6 +9,8 @@ from typing import Any
 from fedsim.checks import checked
 from fedsim.config.adapters import AdaptersConfig
 from fedsim.config.asynchronous import AsyncConfig
+from fedsim.config.client import ClientConfig
+from fedsim.config.data import DataConfig
 from fedsim.config.deployment import (
     AggregationConfig,
     AttackConfig,
@@ -16,16 +18,9 @@ from fedsim.config.deployment import (
     PrivacyConfig,
 )
 from fedsim.config.evaluation import EvalConfig
-from fedsim.config.sections import (
-    AlgorithmConfig,
-    ClientConfig,
-    DataConfig,
-    ModelConfig,
-    RuntimeConfig,
-    TrackingConfig,
-    is_run_name,
-)
+from fedsim.config.sections import AlgorithmConfig, ModelConfig, RuntimeConfig, is_run_name
 from fedsim.config.system import SystemConfig
+from fedsim.config.tracking import TrackingConfig
 from fedsim.schedules import Schedule
 
 

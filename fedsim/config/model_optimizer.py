@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fedsim.config.sections import ClientConfig
+from fedsim.config.client import ClientConfig
 from fedsim.errors import ConfigError
 
 BUILT_IN_LR = 0.005
