@@ -1,15 +1,21 @@
 """Whether a config may resume a checkpoint's run: which keys may change, and how keys added
-to fedsim since the checkpoint was written count (as their defaults).
+to fedsim since the checkpoint was written count (as their defaults); the checkpoint a
+resumed run starts from (``resumable_checkpoint``: damaged newer ones set aside).
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedsim.checkpoint import Checkpoint
+from fedsim.checkpoint import Checkpoint, checkpoint_dir, newest_readable_checkpoint
+from fedsim.checkpoint_digest import digest_path
 from fedsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedsim.config import ExperimentConfig
 
 # Keys a resumed run may change: how long it runs, where it runs, where it reports.
 RESUMABLE_CHANGES = ("name", "rounds", "checkpoint_every", "runtime", "tracking")
@@ -105,3 +111,44 @@ def check_resumable(
             f"the checkpoint has {checkpoint.rounds_trained} rounds trained; resume with at "
             "least that many",
         )
+
+
+def resumable_checkpoint(
+    cfg: ExperimentConfig, run_dir: Path, may_change: tuple[str, ...] = ()
+) -> Checkpoint:
+    """The newest readable checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError).
+
+    Damaged newer ones are renamed aside (``round_00004.pt.damaged``) with a one-line
+    warning saying which rounds run again; none readable is a ConfigError. ``may_change``:
+    dotted keys the config may change besides those any resume may (``check_resumable``).
+    """
+    config = cfg.to_dict()
+    checkpoint, path, damaged = newest_readable_checkpoint(run_dir, config)
+    if not damaged and checkpoint is None:
+        raise ConfigError(
+            "--resume",
+            str(run_dir),
+            f"no checkpoint in {checkpoint_dir(run_dir)} (a run saves them when "
+            "checkpoint_every > 0): run it again with --overwrite, or pick a new folder",
+        )
+    if checkpoint is None or path is None:
+        reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
+        raise ConfigError("--resume", str(run_dir), f"no readable checkpoint ({reasons})")
+    check_resumable(checkpoint, config, path, may_change)
+    if damaged:  # kept aside for inspection, and said which rounds run again
+        newest = max(int(err.path.stem.split("_")[-1]) for err in damaged)
+        first, last = checkpoint.rounds_trained, newest - 1
+        again = f"round {first} is" if first == last else f"rounds {first}-{last} are"
+        again += " computed again"
+        for err in damaged:
+            aside = err.path.with_name(err.path.name + ".damaged")
+            err.path.replace(aside)
+            digest = digest_path(err.path)
+            if digest.is_file():
+                digest.replace(digest.with_name(digest.name + ".damaged"))
+            print(
+                f"fedsim: warning: {err.path.parent.name}/{err.path.name} is damaged "
+                f"({err.reason}), kept as {aside.name}; resuming from {path.name}: {again}",
+                file=sys.stderr,
+            )
+    return checkpoint

@@ -1,4 +1,8 @@
-"""Run one experiment end to end: validate, build, make the run folder, run, write results."""
+"""Run one experiment end to end: validate, build, make the run folder, run, write results.
+
+The checkpoint a run resumes from is found by ``fedsim/checkpoint_resume.py``; the plots
+at a run's end (and again from its final checkpoint) are drawn by ``fedsim/run_figures.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,20 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from fedsim.algorithms.base import Algorithm, ClientStates, ServerState
-from fedsim.checkpoint import Checkpoint, checkpoint_dir, newest_readable_checkpoint
-from fedsim.checkpoint_digest import digest_path
-from fedsim.checkpoint_resume import check_resumable
+from fedsim.checkpoint import Checkpoint
+from fedsim.checkpoint_resume import resumable_checkpoint
 from fedsim.config import ExperimentConfig
 from fedsim.data.hf import accept as accept_hf_data
 from fedsim.errors import ClientFailureError, ConfigError, RunFailure
 from fedsim.interrupts import Interruption
 from fedsim.rounds.result import RunResult
+from fedsim.run_figures import (
+    redraw_algorithm_plots,
+    write_algorithm_figures,
+    write_report_safely,
+)
 from fedsim.run_folder import (
     check_out_dir,
     check_same_data,
@@ -30,63 +37,10 @@ from fedsim.simulation import Simulation
 from fedsim.startup_timeline import write_startup
 from fedsim.tracking.base import Sink
 from fedsim.tracking.files import FileSink
-from fedsim.tracking.plots import figure_context, write_figures
 from fedsim.tracking.progress import ProgressSink
 
 if TYPE_CHECKING:
     from fedsim.runtime.pool_start import StartedPool
-
-
-def write_report_safely(run_dir: Path) -> list[Path]:
-    """The report plots; a plotting error is printed, never raised (the results are saved)."""
-    from fedsim.tracking.report import write_report
-
-    try:
-        return write_report(run_dir)
-    except Exception as err:  # noqa: BLE001 - plots must not fail a finished run
-        print(f"fedsim: report plots failed: {err.__class__.__name__}: {err}", file=sys.stderr)
-        return []
-
-
-def resumable_checkpoint(
-    cfg: ExperimentConfig, run_dir: Path, may_change: tuple[str, ...] = ()
-) -> Checkpoint:
-    """The newest readable checkpoint in ``run_dir``, checked against ``cfg`` (raises ConfigError).
-
-    Damaged newer ones are renamed aside (``round_00004.pt.damaged``) with a one-line
-    warning saying which rounds run again; none readable is a ConfigError. ``may_change``:
-    dotted keys the config may change besides those any resume may (``check_resumable``).
-    """
-    config = cfg.to_dict()
-    checkpoint, path, damaged = newest_readable_checkpoint(run_dir, config)
-    if not damaged and checkpoint is None:
-        raise ConfigError(
-            "--resume",
-            str(run_dir),
-            f"no checkpoint in {checkpoint_dir(run_dir)} (a run saves them when "
-            "checkpoint_every > 0): run it again with --overwrite, or pick a new folder",
-        )
-    if checkpoint is None or path is None:
-        reasons = "; ".join(f"{err.path.name}: {err.reason}" for err in damaged)
-        raise ConfigError("--resume", str(run_dir), f"no readable checkpoint ({reasons})")
-    check_resumable(checkpoint, config, path, may_change)
-    if damaged:  # kept aside for inspection, and said which rounds run again
-        newest = max(int(err.path.stem.split("_")[-1]) for err in damaged)
-        first, last = checkpoint.rounds_trained, newest - 1
-        again = f"round {first} is" if first == last else f"rounds {first}-{last} are"
-        again += " computed again"
-        for err in damaged:
-            aside = err.path.with_name(err.path.name + ".damaged")
-            err.path.replace(aside)
-            digest = digest_path(err.path)
-            if digest.is_file():
-                digest.replace(digest.with_name(digest.name + ".damaged"))
-            print(
-                f"fedsim: warning: {err.path.parent.name}/{err.path.name} is damaged "
-                f"({err.reason}), kept as {aside.name}; resuming from {path.name}: {again}",
-                file=sys.stderr,
-            )
-    return checkpoint
 
 
 class RunInterrupted(Exception):
@@ -279,57 +233,7 @@ def run_experiment(
     return result
 
 
-def write_algorithm_figures(
-    run_dir: str | Path,
-    algorithm: Algorithm,
-    state: ServerState,
-    client_states: ClientStates,
-    config: dict[str, Any],
-) -> list[Path]:
-    """The algorithm's own figures of its final ``state`` into ``run_dir/plots/``.
-
-    ``config`` is the run's (resolved) config dict: the figures show round ``rounds``. An
-    error is printed, never raised: the run's results are already saved.
-    """
-    rounds = config["rounds"]
-    try:
-        figures = algorithm.figures(state, client_states, rounds)
-    except Exception as err:  # noqa: BLE001 - plots must not fail a finished run
-        print(f"fedsim: algorithm figures failed: {err.__class__.__name__}: {err}", file=sys.stderr)
-        return []
-    context = figure_context(config["name"], config["algorithm"]["name"], rounds)
-    return write_figures(Path(run_dir) / "plots", figures, context)
-
-
-def redraw_algorithm_plots(run_dir: str | Path) -> list[Path]:
-    """The algorithm's end-of-run figures (cwFedAvg's row norms) again, from the final checkpoint.
-
-    Needs only the checkpoint (it holds the algorithm, the server state and every client's
-    state): no dataset, no simulation. Returns [] when there is no readable checkpoint (a
-    damaged or refused one is a one-line warning), when the newest readable one is not the
-    run's last (``checkpoint_every`` > 0 and the run finished), or when it predates
-    checkpoints that hold the algorithm. The checkpoint may reference the modules of the
-    algorithm and model that ``run_dir/config.yaml`` names by import path.
-    """
-    import yaml
-
-    try:
-        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        config = None
-    try:
-        checkpoint, _, damaged = newest_readable_checkpoint(run_dir, config)
-    except ConfigError as err:  # it names code fedsim does not load
-        print(f"fedsim: warning: {err.allowed} ({err.value}); figures not redrawn", file=sys.stderr)
-        return []
-    if damaged:  # an older checkpoint does not hold the final state: nothing to redraw
-        reasons = "; ".join(f"{err.path} is damaged ({err.reason})" for err in damaged)
-        print(f"fedsim: warning: {reasons}; figures not redrawn", file=sys.stderr)
-        return []
-    if checkpoint is None:
-        return []
-    if checkpoint.algorithm is None or checkpoint.rounds_trained != checkpoint.config["rounds"]:
-        return []
-    return write_algorithm_figures(
-        run_dir, checkpoint.algorithm, checkpoint.state, checkpoint.client_states, checkpoint.config
-    )
+__all__ = [
+    "RunInterrupted", "check_experiment", "prepare_run", "redraw_algorithm_plots",
+    "resumable_checkpoint", "run_experiment", "write_algorithm_figures", "write_report_safely",
+]  # fmt: skip

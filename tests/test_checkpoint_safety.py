@@ -35,10 +35,10 @@ from fedsim.checkpoint import (
     save_checkpoint,
 )
 from fedsim.checkpoint_digest import CheckpointUnreadable
-from fedsim.checkpoint_resume import check_resumable
+from fedsim.checkpoint_resume import check_resumable, resumable_checkpoint
 from fedsim.cli import main
 from fedsim.errors import ConfigError
-from fedsim.experiment import resumable_checkpoint, run_experiment
+from fedsim.experiment import run_experiment
 
 # SCAFFOLD (a server state and a private state per client) on a tiny federation
 BASE = [

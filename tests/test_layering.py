@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedsim.runtime", "fedsim.tracking"),
     ("fedsim.checkpoint_allowlist", "fedsim.checkpoint_digest"),
     ("fedsim.checkpoint",),
-    ("fedsim.checkpoint_resume",),
+    ("fedsim.checkpoint_resume", "fedsim.run_figures"),
     ("fedsim.rounds",),
     ("fedsim.simulation",),
     ("fedsim.experiment", "fedsim.keys"),

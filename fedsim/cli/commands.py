@@ -106,7 +106,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedsim.experiment import redraw_algorithm_plots
+    from fedsim.run_figures import redraw_algorithm_plots
     from fedsim.tracking.report import load_run, write_report
 
     runs = []

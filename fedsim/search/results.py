@@ -94,8 +94,8 @@ def close_stopped_runs(rows: list[TrialRow], rounds: int, report: bool = True) -
     committed whole; the summary is computed from it as the run's loop computes it.
     ``rounds``: the config's.
     """
-    from fedsim.experiment import write_report_safely
     from fedsim.rounds.loop import run_summary
+    from fedsim.run_figures import write_report_safely
     from fedsim.tracking.report import REPORT_PLOTS
 
     written = []

@@ -198,7 +198,8 @@ def run_reporting(
     Ctrl-C and draws its report plots from the rounds it ran (a complete folder, as a
     finished trial's), then ends the trial's thread (SystemExit); run to the end, its last
     evaluation is reported once the folder is complete."""
-    from fedsim.experiment import RunInterrupted, run_experiment, write_report_safely
+    from fedsim.experiment import RunInterrupted, run_experiment
+    from fedsim.run_figures import write_report_safely
 
     try:
         run_experiment(
