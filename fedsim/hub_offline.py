@@ -1,6 +1,6 @@
 """Whether this process may reach the Hugging Face Hub: the one offline rule of every Hub
 access (a pretrained model, ``fedsim/pretrained.py``; an ``hf:`` dataset,
-``fedsim/data/hf_open.py``).
+``fedsim/data/hf/open.py``).
 
 huggingface_hub's own rule, read from the environment at each call (a test or a notebook may
 set it after huggingface_hub was imported, which reads it once): ``HF_HUB_OFFLINE`` (or,

@@ -4,7 +4,7 @@ classification head; the adapter and the head train and travel, the base stays f
 The body is the frozen causal LM of ``model.args.source`` (loaded once per process by
 ``fedsim/pretrained.py``, shared with every other module built on it) without its language
 modelling head. A sequence is represented by the hidden state of its last real token (the
-tokens are padded on the right, -1; ``fedsim/data/hf_text.py``), as transformers' own
+tokens are padded on the right, -1; ``fedsim/data/hf/text.py``), as transformers' own
 ``*ForSequenceClassification`` models do, and a ``Linear`` head maps it to the classes of
 ``data.label_column``. The flat vector (``frozen_base``) is the adapter, then the head; the
 blocks are the transformer layers that hold adapter weights, bottom to top, then the head,

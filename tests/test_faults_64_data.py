@@ -15,7 +15,7 @@ from test_faults_64_validation import packed_windows
 from fedsim.config import load_config
 from fedsim.data.build import build_group_federation
 from fedsim.data.hf import HFSource, load_hf
-from fedsim.data.hf_text import NEXT_TOKEN, TextSpec, tokenize_table
+from fedsim.data.hf.text import NEXT_TOKEN, TextSpec, tokenize_table
 from fedsim.errors import ConfigError
 
 TABULAR = ("x0", "x1")

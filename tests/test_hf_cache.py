@@ -1,4 +1,4 @@
-"""The converted-dataset cache of hf: data (fedsim/data/hf_cache.py): written once a run is
+"""The converted-dataset cache of hf: data (fedsim/data/hf/cache.py): written once a run is
 accepted, memory-mapped by the next run (no conversion), equal to a fresh conversion, and
 never read when the data or the column choice changed. Offline."""
 
@@ -13,7 +13,8 @@ import pytest
 from hf_fixtures import save_femnist
 
 from fedsim.cli import main
-from fedsim.data import hf, hf_cache
+from fedsim.data.hf import cache as hf_cache
+from fedsim.data.hf import load as hf
 
 NATURAL = ["data.label_column=character", "data.partition.name=natural",
            "data.partition.by=writer_id", "data.min_samples=10", "data.num_clients=3"]  # fmt: skip

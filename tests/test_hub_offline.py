@@ -1,5 +1,5 @@
 """One Hugging Face offline rule (fedsim/hub_offline.py): a pretrained model's Hub id
-(``pretrained.hub_unreachable``) and an ``hf:`` dataset's (``hf_open.open_split``) decide
+(``pretrained.hub_unreachable``) and an ``hf:`` dataset's (``hf.open.open_split``) decide
 alike for every value of HF_HUB_OFFLINE, as huggingface_hub itself does. No network: the
 connection and the download are stand-ins."""
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from fedsim.data.hf_open import HFSource, open_split
+from fedsim.data.hf.open import HFSource, open_split
 from fedsim.errors import ConfigError
 from fedsim.hub_offline import offline_reason
 from fedsim.pretrained import hub_unreachable

@@ -1,4 +1,4 @@
-"""Instruction data (``fedsim/data/hf_instruct.py``, issue 61): prompt / response columns of an
+"""Instruction data (``fedsim/data/hf/instruct.py``, issue 61): prompt / response columns of an
 ``hf:`` CSV, written through the tokenizer's chat template (or Alpaca's without one), the
 loss masked on the prompt, checked token by token against a hand tokenization; the shipped
 builder's rows; a run and ``fedsim sample`` on it; the keys refused in one line."""
@@ -79,7 +79,7 @@ def by_hand(tokenizer, head: str, tail: list[int], length: int) -> tuple[list, l
 @pytest.mark.parametrize("chat", [False, True])
 def test_the_loss_is_masked_on_the_prompt(tiny, chat_tiny, table, tmp_path, chat):
     from fedsim.data.assemble import build_data
-    from fedsim.data.hf_instruct import InstructionTokens
+    from fedsim.data.hf.instruct import InstructionTokens
     from fedsim.pretrained import load_tokenizer
 
     source = chat_tiny if chat else tiny
@@ -126,7 +126,7 @@ def test_a_run_trains_on_responses_and_samples_as_it_trained(tiny, table, tmp_pa
 
 
 def test_the_prompt_is_written_as_in_training():
-    from fedsim.data.hf_instruct import instruction_text
+    from fedsim.data.hf.instruct import instruction_text
     from fedsim.runtime.adapter_sample import prompt_ids
 
     class Plain:  # a tokenizer without a chat template: one id per character

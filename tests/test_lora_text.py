@@ -1,4 +1,4 @@
-"""Text of an ``hf:`` dataset for pretrained language models (``fedsim/data/hf_text.py``):
+"""Text of an ``hf:`` dataset for pretrained language models (``fedsim/data/hf/text.py``):
 a text column tokenized by the model's tokenizer for next-token prediction (``causal_lm``)
 or classification by a label column (``sequence_classifier``, whose head trains and travels
 with the adapter), natural clients by a column, the tokens cached as a conversion; and the
@@ -105,7 +105,7 @@ def test_a_text_column_predicts_next_tokens_per_speaker_and_is_cached(tiny, tabl
 def test_padded_rows_and_classes_keep_their_rows_groups_and_splits(tiny, table):
     import datasets
 
-    from fedsim.data.hf_text import CLASSIFY, NEXT_TOKEN, LabelledTokens, TextSpec, tokenize_table
+    from fedsim.data.hf.text import CLASSIFY, NEXT_TOKEN, LabelledTokens, TextSpec, tokenize_table
 
     frame = datasets.Dataset.from_list(rows(12))
     groups = np.array([r["speaker"] for r in rows(12)], dtype=object)

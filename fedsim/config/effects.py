@@ -112,7 +112,7 @@ DEPENDENT: list[Rule] = [
         "tokens)",
     ),  # fmt: skip
     # a language model's tokens: Shakespeare's roles (shakespeare-lm) or an hf: text column
-    # (fedsim/data/hf_text.py refuses them there on a column that is not text)
+    # (fedsim/data/hf/text.py refuses them there on a column that is not text)
     *[
         (
             f"data.{key}",

@@ -1,8 +1,8 @@
 """A run's federated data assembled from its config: the one entry for every source.
 
 ``build_data`` reads ``data.*``: a Hugging Face source (``hf:``; a text column tokenized for a
-pretrained language model: ``hf_text.py``) through the conversion cache under ``data.root``
-(``hf.py``), Shakespeare's roles tokenized for a language model
+pretrained language model: ``hf/text.py``) through the conversion cache under ``data.root``
+(``hf/``), Shakespeare's roles tokenized for a language model
 (``lm_text.py``), or a built-in or user loader once per process (``cached_dataset``); then
 the partition and each client's split (``build.py``). ``assemble_data`` then carves each
 client's validation split (``validation.py``) and holds out clients (``holdout.py``): the

@@ -13,7 +13,7 @@ from fedsim.plugins import check_callable_with, import_object, is_import_path
 IMAGE_DATASET_NAMES = ("mnist-5k", "mnist", "fashion-mnist", "cifar10", "cifar100")
 TEXT_DATASET_NAMES = ("shakespeare", "leaf-shakespeare")  # fedsim/data/text.py
 LM_DATASET_NAMES = ("shakespeare-lm",)  # fedsim/data/lm_text.py: a language model's tokens
-# models that read tokens: an hf: text column is tokenized for them (fedsim/data/hf_text.py),
+# models that read tokens: an hf: text column is tokenized for them (fedsim/data/hf/text.py),
 # for next-token prediction or classification by data.label_column
 TOKENIZED_MODELS = {"causal_lm": "next_token", "sequence_classifier": "classify"}
 DATASET_NAMES = IMAGE_DATASET_NAMES + TEXT_DATASET_NAMES + LM_DATASET_NAMES
@@ -36,7 +36,7 @@ SUMMARIES = {
     "shakespeare-instruct": "prompt / response pairs from the plays' speeches (make data)",
 }
 
-HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf.py
+HF_PREFIX = "hf:"  # data.name=hf:<local path>: fedsim/data/hf/load.py
 HF_LOCAL_SUFFIXES = (".parquet", ".csv", ".json", ".jsonl", ".arrow", ".tsv", ".txt")
 
 DATASET_ALLOWED = (

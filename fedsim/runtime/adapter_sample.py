@@ -122,11 +122,12 @@ def sample(
 
 def prompt_ids(tokenizer: Any, prompt: str, config: dict[str, Any]) -> Any:
     """The prompt's token ids (1, T): written as the run's instruction data was (the chat
-    template, or Alpaca's: ``hf_instruct.instruction_text``) where it had a prompt column."""
+    template, or Alpaca's: ``fedsim.data.hf.instruct.instruction_text``) where it had a
+    prompt column."""
     import torch
 
     if (config.get("data") or {}).get("prompt_column"):
-        from fedsim.data.hf_instruct import instruction_text  # imports torch
+        from fedsim.data.hf.instruct import instruction_text  # imports torch
 
         head, _ = instruction_text(tokenizer, prompt)
         ids = tokenizer(head, add_special_tokens=False)["input_ids"]

@@ -31,7 +31,7 @@ class HFSource:
     by: str | None = None
     resize: int | None = None
     test_split: str | None = None  # natural clients' test rows come from this split
-    text: Any = None  # a text column tokenized for a language model (hf_text.TextSpec)
+    text: Any = None  # a text column tokenized for a language model (text.TextSpec)
 
     @property
     def path(self) -> Path:

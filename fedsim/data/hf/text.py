@@ -13,7 +13,7 @@ set), the string column ``data.input_column`` is tokenized by the model's tokeni
 
 Packing never joins rows of two clients (``data.partition.by``) or of the two splits
 (``data.test_split``). Rows without a token (or, predicting, without two) are left out. The
-result is a conversion like any ``hf:`` one: cached under ``data.root`` (``hf_cache.py``) by
+result is a conversion like any ``hf:`` one: cached under ``data.root`` (``cache.py``) by
 a key that includes the tokenizer's files, ``max_length``, ``packing`` and the task, and its
 digest in partition.json refuses a resume on data that changed.
 """
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedsim.data.hf_columns import arrow_column
+from fedsim.data.hf.columns import arrow_column
 from fedsim.data.lm_text import DEFAULT_MAX_LENGTH, PAD, TokenDataset, samples_of, tokenizer_stamp
 from fedsim.data.names import TOKENIZED_MODELS
 from fedsim.errors import ConfigError
@@ -46,7 +46,7 @@ class TextSpec:
     packing: bool
     task: str
     given: tuple[str, Any] | None = None  # the first of data.tokenizer... set: (key, value)
-    prompt_column: str | None = None  # instruction data (hf_instruct.py): both or neither
+    prompt_column: str | None = None  # instruction data (instruct.py): both or neither
     response_column: str | None = None
 
     def described(self) -> dict[str, Any]:

@@ -80,8 +80,8 @@ def tokenize_pairs(
     spec: Any, name: str, table: Any, groups: np.ndarray | None, train_rows: int | None
 ) -> tuple[InstructionTokens, np.ndarray | None, int | None]:
     """(dataset, each sample's group, samples of the train split) of the prompt / response
-    columns of ``table`` (``spec``: an ``hf_text.TextSpec`` with both columns)."""
-    from fedsim.data.hf_columns import arrow_column
+    columns of ``table`` (``spec``: an ``text.TextSpec`` with both columns)."""
+    from fedsim.data.hf.columns import arrow_column
     from fedsim.pretrained import load_tokenizer
 
     columns = {"data.prompt_column": spec.prompt_column,

@@ -1,7 +1,7 @@
 """``data.name=hf:<local path>``: a Hugging Face ``datasets`` folder (``save_to_disk``) or
 parquet / CSV / JSON files, read once into fedsim's in-memory datasets: images (grey or
 colour, for the CNNs), numeric feature columns (tabular, for ``mlp``), character windows
-(``char_lstm``) or a text column tokenized for a pretrained language model (``hf_text.py``).
+(``char_lstm``) or a text column tokenized for a pretrained language model (``text.py``).
 
 String labels become ids (sorted names; the map goes to partition.json); a
 ``data.partition.by`` column is read too, for natural clients (one per value).
@@ -18,9 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.data import hf_cache, hf_instruct, hf_text, lm_text
+from fedsim.data import lm_text
 from fedsim.data.dataset_types import Dataset, ImageDataset, TabularDataset
-from fedsim.data.hf_columns import (
+from fedsim.data.hf import cache as hf_cache
+from fedsim.data.hf import instruct as hf_instruct
+from fedsim.data.hf import text as hf_text
+from fedsim.data.hf.columns import (
     arrow_column,
     data_digest,
     group_values,
@@ -28,8 +31,8 @@ from fedsim.data.hf_columns import (
     numeric_columns,
     vector_column,
 )
-from fedsim.data.hf_images import pil_array, stack_images
-from fedsim.data.hf_open import HFSource, open_split, with_test_split
+from fedsim.data.hf.images import pil_array, stack_images
+from fedsim.data.hf.open import HFSource, open_split, with_test_split
 from fedsim.data.names import HF_PREFIX
 from fedsim.errors import ConfigError
 
@@ -91,7 +94,7 @@ def _load_hf(source: HFSource, cache_root: str | None, stamp: str | None) -> HFD
     """Read ``source`` into memory (raises a one-line ConfigError on bad input).
 
     With ``cache_root`` (``data.root``), a conversion cached there is memory-mapped instead,
-    and a fresh one is cached once the run is accepted (``hf_cache.py``). Nothing else is
+    and a fresh one is cached once the run is accepted (``cache.py``). Nothing else is
     left on disk for a local path: ``datasets``' cache for parquet/CSV lives in a temporary
     folder (a Hub id, online only, goes to datasets' own cache)."""
     local, entry = source.path.exists(), None
@@ -170,9 +173,9 @@ def _info(
 def _tokenized(
     source: HFSource, table: Any, groups: np.ndarray | None, train_rows: int | None
 ) -> tuple[Dataset, np.ndarray | None, dict[str, Any]]:
-    """A text column tokenized for a pretrained language model (``hf_text.py``)."""
+    """A text column tokenized for a pretrained language model (``text.py``)."""
     spec = source.text
-    if spec.prompt_column is not None:  # prompt / response pairs (hf_instruct.py)
+    if spec.prompt_column is not None:  # prompt / response pairs (instruct.py)
         pairs, groups, train_rows = hf_instruct.tokenize_pairs(
             spec, source.name, table, groups, train_rows
         )

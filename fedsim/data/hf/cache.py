@@ -40,8 +40,8 @@ _pending: dict[Path, tuple[Any, Any, dict[str, Any]]] = {}  # the newest two, as
 def _dataset_kinds() -> dict[str, type]:
     if not _KINDS:
         from fedsim.data.dataset_types import ImageDataset, TabularDataset
-        from fedsim.data.hf_instruct import InstructionTokens
-        from fedsim.data.hf_text import LabelledTokens
+        from fedsim.data.hf.instruct import InstructionTokens
+        from fedsim.data.hf.text import LabelledTokens
         from fedsim.data.lm_text import TokenDataset
         from fedsim.data.text import TextDataset
 
@@ -75,7 +75,7 @@ def cache_key(source: Any, stamp: Any) -> str:
         "test_split": source.test_split,
         "data": stamp,
     }
-    if source.text is not None:  # tokenized (hf_text.py): by which tokenizer, how
+    if source.text is not None:  # tokenized (text.py): by which tokenizer, how
         described["text"] = source.text.described()
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
 
