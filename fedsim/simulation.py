@@ -25,12 +25,12 @@ from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.interrupts import Interruption
 from fedsim.pretrained import check_lora_rank, is_without_weights
-from fedsim.rounds.clock_build import trace_mapping
+from fedsim.rounds.clock.build import trace_mapping
+from fedsim.rounds.clock.sync import sample_cohort
 from fedsim.rounds.compose import build_round_kind, check_round_kind, round_kind_name
 from fedsim.rounds.evaluation import check_evaluation
 from fedsim.rounds.loop import RoundLoop
 from fedsim.rounds.result import RunResult
-from fedsim.rounds.system_clock import sample_cohort
 from fedsim.run_plan import ModelBuild, resolve_run_plan
 from fedsim.runtime.adapter_export import AdapterExport, start_adapter
 from fedsim.runtime.executor import Executor

@@ -13,14 +13,14 @@ from helpers import TINY_MNIST, lent_ray_executor, refused_check, untimed
 
 from fedsim.client_work import LocalWork
 from fedsim.config import load_config
-from fedsim.rounds.clock import Network, VirtualClock
-from fedsim.rounds.schedule import AsyncSchedule
-from fedsim.rounds.staleness import (
+from fedsim.rounds.clock.schedule import AsyncSchedule
+from fedsim.rounds.clock.staleness import (
     buffered_weights,
     default_max_staleness,
     staleness_weights,
 )
-from fedsim.rounds.system_clock import AlwaysOnline, Rules, SyncClock
+from fedsim.rounds.clock.sync import AlwaysOnline, Rules, SyncClock
+from fedsim.rounds.clock.virtual import Network, VirtualClock
 from fedsim.runtime.executor import LocalExecutor
 from fedsim.simulation import Simulation
 
@@ -110,7 +110,7 @@ def test_availability_trace_fills_slots_only_with_online_clients_by_hand():
     """Durations 10, 10, 40; client 0 always on, client 1 on from t = 50, client 2 on until
     t = 30; C = 3, K = 1. Client 2 is dispatched at 0 but goes off at 30, before it would
     arrive at 40 (a dropout noticed at 30); client 1 waits for its wake-up at 50."""
-    from fedsim.rounds.system_clock import OnlineByTrace
+    from fedsim.rounds.clock.sync import OnlineByTrace
     from fedsim.system.traces import AvailabilityTrace
 
     trace = AvailabilityTrace(([(0, np.inf)], [(50, np.inf)], [(0, 30)]), None, "test")

@@ -118,7 +118,7 @@ def test_9_the_deployed_configs_header_says_what_its_rounds_keep():
     fixed by the seed and the trace, independent of training)."""
     import re
 
-    from fedsim.rounds.clock_build import sync_clock
+    from fedsim.rounds.clock.build import sync_clock
     from fedsim.simulation import Simulation
 
     path = Path(QUICKSTART).parent / "system" / "mnist5k-deployed.yaml"

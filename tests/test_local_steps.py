@@ -16,7 +16,7 @@ from fedsim.client_work import LocalWork
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
 from fedsim.experiment import run_experiment
-from fedsim.rounds.clock_build import compute_clock
+from fedsim.rounds.clock.build import compute_clock
 from fedsim.runtime.training import train_client
 from fedsim.runtime.worker_spec import WorkerSpec
 

@@ -101,7 +101,7 @@ def test_the_simulation_hands_every_reader_the_plans_values():
 
 
 def test_virtual_time_counts_each_clients_own_epochs():
-    from fedsim.rounds.clock_build import compute_clock
+    from fedsim.rounds.clock.build import compute_clock
 
     cfg = load_config(None, ["system.speeds=constant"])
     sizes = np.array([10, 10, 10])
@@ -123,7 +123,7 @@ ONE_HOME = {
     "LearningRate": ("fedsim.run_plan",),
     "OptimizerSettings": ("fedsim.run_plan",),
     # one seed helper for every torch32 stream (fedsim/streams.py)
-    "SeedSequence": ("fedsim.streams", "fedsim.rounds.clock", "fedsim.deployment.privacy"),
+    "SeedSequence": ("fedsim.streams", "fedsim.rounds.clock.virtual", "fedsim.deployment.privacy"),
 }
 
 

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from fedsim.config.system import SpeedSpec, parse_speeds
-from fedsim.rounds.clock import VirtualClock, draw_slowdowns
-from fedsim.rounds.staleness import (
+from fedsim.rounds.clock.staleness import (
     buffered_weights,
     default_max_staleness,
     discount,
     fedasync_alpha,
     staleness_weights,
 )
+from fedsim.rounds.clock.virtual import VirtualClock, draw_slowdowns
 
 
 def test_fedasync_discounts_by_hand():

@@ -1,5 +1,5 @@
 """The synchronous clock's rules against hand-computed schedules on a handful of clients:
-who is sampled, who is kept, the round's time, who dropped (fedsim/rounds/system_clock.py)."""
+who is sampled, who is kept, the round's time, who dropped (fedsim/rounds/clock/sync.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 
-from fedsim.rounds.clock import Network, VirtualClock, transfer_seconds
-from fedsim.rounds.system_clock import (
+from fedsim.rounds.clock.sync import (
     MAX_ATTEMPTS,
     AlwaysOnline,
     Attempt,
@@ -18,6 +17,7 @@ from fedsim.rounds.system_clock import (
     SyncClock,
     sample_cohort,
 )
+from fedsim.rounds.clock.virtual import Network, VirtualClock, transfer_seconds
 from fedsim.streams import COHORT_TAG, SPEED_TAG
 
 

@@ -1,5 +1,5 @@
 """Config section ``system``: the clients as deployed devices, in virtual seconds, for both
-round kinds (plain numbers, no torch; the clock itself is ``fedsim/rounds/system_clock.py``).
+round kinds (plain numbers, no torch; the clock itself is ``fedsim/rounds/clock/sync.py``).
 
 - Devices: each client's compute time per sample (``time_per_sample`` x a slowdown drawn from
   ``speeds``) and its upload / download bandwidth (bytes per second x a slowdown from

@@ -1,7 +1,7 @@
 """Buffered rounds: asynchronous FL in virtual time, FedBuff / FedAsync (``asynchronous.*``).
 
 Who trains from which model version and when each update arrives is fixed by
-``AsyncSchedule`` (schedule.py) from the seed alone; the real work is still batched through
+``AsyncSchedule`` (clock/schedule.py) from the seed alone; the real work is still batched through
 the executor's ``run_round``, so results do not depend on the executor or its worker count.
 
 One fedsim round is one server aggregation. Round r evaluates model version r (made at
@@ -40,11 +40,11 @@ import numpy as np
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.deployment.driver import Deployment, Rebase
-from fedsim.rounds.clock import VirtualClock
+from fedsim.rounds.clock.schedule import Aggregation, AsyncSchedule
+from fedsim.rounds.clock.staleness import staleness_weights
+from fedsim.rounds.clock.virtual import VirtualClock
 from fedsim.rounds.dispatch import dispatch
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, sorted_results, store_states
-from fedsim.rounds.schedule import Aggregation, AsyncSchedule
-from fedsim.rounds.staleness import staleness_weights
 from fedsim.runtime.worker import ClientResult, WorkerResult
 from fedsim.storage import ClientStateStore
 

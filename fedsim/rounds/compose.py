@@ -23,17 +23,17 @@ from fedsim.deployment.decision import checked_uploads
 from fedsim.deployment.driver import Deployment
 from fedsim.errors import ConfigError
 from fedsim.rounds.buffered import AsyncPlan, BufferedRounds
-from fedsim.rounds.clock_build import (
+from fedsim.rounds.clock.build import (
     availability,
     check_system,
     compute_clock,
     sync_clock,
     transfer_times,
 )
+from fedsim.rounds.clock.staleness import default_max_staleness
 from fedsim.rounds.exchange import ExchangeRounds
 from fedsim.rounds.kind import RoundKind
 from fedsim.rounds.local import LocalRounds
-from fedsim.rounds.staleness import default_max_staleness
 from fedsim.run_plan import RunPlan
 
 KINDS = ("local", "exchange", "buffered")

@@ -7,7 +7,7 @@ stages on the driver before ``aggregate`` (``fedsim/deployment/``).
 With a ``SyncClock`` (any ``system.*`` key set) the round has a virtual time (``sim_time``,
 ``round_time``), and when the clock may leave clients out (availability, dropout,
 over-selection, a deadline) the clock picks who trains, every update comes on its own, and
-only the kept clients' updates and states count (``system_clock.py`` has the rules).
+only the kept clients' updates and states count (``clock/sync.py`` has the rules).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from fedsim.algorithms.base import Algorithm, ServerState
 from fedsim.deployment.driver import Deployment
+from fedsim.rounds.clock.sync import Outcome, SyncClock
 from fedsim.rounds.dispatch import Dispatched, dispatch, download_sizes
 from fedsim.rounds.kind import RoundKind, RoundPlan, RoundWork, store_states
-from fedsim.rounds.system_clock import Outcome, SyncClock
 from fedsim.runtime.worker import ClientResult
 from fedsim.storage import ClientStateStore
 

@@ -19,8 +19,7 @@ from fedsim.client_work import LocalWork
 from fedsim.config import ExperimentConfig
 from fedsim.deployment.checks import check_rule
 from fedsim.errors import ConfigError, show_value
-from fedsim.rounds.clock import Network, VirtualClock, draw_slowdowns, transfer_seconds
-from fedsim.rounds.system_clock import (
+from fedsim.rounds.clock.sync import (
     AlwaysOnline,
     Availability,
     OnlineByChance,
@@ -28,6 +27,7 @@ from fedsim.rounds.system_clock import (
     Rules,
     SyncClock,
 )
+from fedsim.rounds.clock.virtual import Network, VirtualClock, draw_slowdowns, transfer_seconds
 from fedsim.run_plan import RunPlan
 from fedsim.streams import NETWORK_TAG, SPEED_TAG
 from fedsim.system.traces import (
@@ -152,7 +152,7 @@ def availability(cfg: ExperimentConfig, num_clients: int) -> Availability:
 
 
 def sync_clock(cfg: ExperimentConfig, plan: RunPlan, train_sizes: np.ndarray) -> SyncClock:
-    """The virtual clock of a synchronous run (``system.*``; see system_clock.py)."""
+    """The virtual clock of a synchronous run (``system.*``; see sync.py)."""
     s, n = cfg.system, len(train_sizes)
     clock, compute = compute_clock(cfg, train_sizes, plan.client.local)
     rules = Rules(plan.cohort_size, s.overcommit, s.deadline, s.min_clients, s.short_round)

@@ -7,8 +7,8 @@ from ``system.speeds`` by ``draw_slowdowns``, times ``system.time_per_sample``, 
 trace's); whether it drops out of a dispatch is one seeded draw per (step, client)
 (``VirtualClock``); its transfers take bytes / bandwidth
 (``transfer_seconds``, over its ``Network`` bandwidths). Synchronous rounds
-(``system_clock.py``) time the bytes each client really moved; asynchronous rounds
-(``buffered.py``) time a model's size each way before training. Both through these.
+(``sync.py``) time the bytes each client really moved; asynchronous rounds
+(``fedsim/rounds/buffered.py``) time a model's size each way before training. Both through these.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """When clients of an asynchronous run leave and arrive, in virtual time (pure, no torch).
 
-The buffered round kind (``buffered.py``) asks it for each aggregation; its ``state_dict``
-(the clients in flight, the buffer, the clock) is part of a checkpoint.
+The buffered round kind (``fedsim/rounds/buffered.py``) asks it for each aggregation; its
+``state_dict`` (the clients in flight, the buffer, the clock) is part of a checkpoint.
 
 A client's round takes ``samples x seconds per sample`` of virtual time (samples: what it
 trains on, ``fedsim.client_work.LocalWork.samples``; seconds per sample: ``system.speeds``).
@@ -22,7 +22,7 @@ training runs:
   online at that moment; with none online (a trace) the slot waits for the first idle client
   to come on. A client whose trace turns it off before it arrives drops out, noticed then.
 
-Synchronous rounds have their own clock, on the same time axis (``system_clock.py``).
+Synchronous rounds have their own clock, on the same time axis (``sync.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim.rounds.clock import VirtualClock
+from fedsim.rounds.clock.virtual import VirtualClock
 from fedsim.streams import DISPATCH_TAG
 
 MAX_DRAWS = 100  # availability by chance: draws at one moment before the slot stays free
@@ -87,7 +87,7 @@ class AsyncSchedule:
         seed: int,
         availability: Any = None,
     ):
-        """``availability``: who is online when (``system_clock.Availability``; None: all,
+        """``availability``: who is online when (``sync.Availability``; None: all,
         always)."""
         self.clock, self.availability = clock, availability
         self.durations = np.asarray(durations, dtype=np.float64)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedsim.rounds.clock import Network, VirtualClock, transfer_seconds
+from fedsim.rounds.clock.virtual import Network, VirtualClock, transfer_seconds
 from fedsim.streams import AVAILABILITY_TAG, COHORT_TAG, SPEED_TAG
 
 MAX_ATTEMPTS = 10  # retries of one round before it is skipped
