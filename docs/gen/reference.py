@@ -235,11 +235,12 @@ def compatibility_rows() -> tuple[list[str], dict[str, dict[str, str]]]:
 
 
 def adapter_only() -> list[str]:
-    """The algorithms that act on a LoRA adapter only: their example names the adapter model."""
-    from fedsim.algorithm_params import example
+    """The algorithms that act on a LoRA adapter only: they declare the adapter they need
+    (``ADAPTER`` in their params module), as the contract tests read it."""
+    from fedsim.algorithm_params import adapter
     from fedsim.keys import algorithm_names
 
-    return [n for n in algorithm_names() if "model.name=causal_lm" in example(n)]
+    return [n for n in algorithm_names() if adapter(n) is not None]
 
 
 def feature_pairs() -> int:
