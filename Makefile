@@ -10,7 +10,7 @@ export RAY_AUTH_MODE ?= disabled
 export WANDB_MODE ?= offline
 export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: setup data demo test test-fast lint bench clean docs docs-ref docs-check
+.PHONY: setup data demo test test-cpu test-fast lint bench clean docs docs-ref docs-check
 
 # The install goes through uv (~30 s on 2 cores, against ~125 s for pip: the pinned torch is
 # a CUDA build of ~6 GB), from the indexes, find-links and constraints pip is configured with
@@ -70,6 +70,14 @@ PYTEST_PROCS ?= 2
 test: setup lint docs-check
 	$(PY) .ci/timed.py "make test (pytest)" -- \
 	  $(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup --durations=30
+
+# Where the suite's CPU goes, test by test, Ray workers and subprocesses included
+# (.ci/test_cpu.py): the whole suite as `make test` runs it, then the tests and files costing most.
+test-cpu: setup
+	rm -rf .test-cpu
+	-export TEST_CPU_ROOT=$$$$ TEST_CPU_DIR=.test-cpu PYTHONPATH=.ci; exec $(PY) .ci/timed.py \
+	  "make test-cpu (pytest)" -- $(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup -p test_cpu
+	$(PY) .ci/test_cpu.py .test-cpu
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCS) --dist loadgroup

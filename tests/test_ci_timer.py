@@ -23,3 +23,24 @@ def test_an_orphans_cpu_is_counted_and_the_exit_code_kept():
                          r"[\d.]+\)", last)  # fmt: skip
     assert found, last
     assert float(found[1]) >= 0.02, last  # 1.5 s = 0.025 min: the orphan was counted
+
+
+def test_the_cpu_report_attributes_each_second_to_the_tests_running():
+    """Two test processes: each one's own CPU goes to its test; the rest of the tree's (Ray
+    workers, the head) is shared by the tests running then; CPU outside any test is apart."""
+    sys.path.insert(0, str(TIMED.parent))
+    from test_cpu import attribute, intervals
+
+    samples = [{"t": 0.0, "tree": 0.0, "w": {"gw0": 0.0, "gw1": 0.0}},
+               {"t": 1.0, "tree": 4.0, "w": {"gw0": 1.0, "gw1": 1.0}},
+               {"t": 2.0, "tree": 10.0, "w": {"gw0": 3.0, "gw1": 2.0}}]  # fmt: skip
+    spans = {"gw0": intervals([{"t": 0.0, "id": "a", "e": "start"},
+                               {"t": 2.5, "id": "a", "e": "end"}]),
+             "gw1": intervals([{"t": 1.2, "id": "b", "e": "start"},
+                               {"t": 2.5, "id": "b", "e": "end"}])}  # fmt: skip
+    own, other, idle = attribute(samples, spans)
+    # second 1: a ran alone (gw1 idle: 1 s outside any test), the rest 4 - 2 = 2 is a's;
+    # second 2: a 2, b 1 of their own, the rest 6 - 3 = 3 split between them
+    assert own == {"a": 3.0, "b": 1.0}
+    assert other == {"a": 3.5, "b": 1.5}
+    assert idle == 1.0
