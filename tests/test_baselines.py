@@ -170,6 +170,7 @@ def test_scaffold_c_stays_the_mean_of_the_client_c(join):
         assert torch.allclose(state["c"], mean_c, atol=1e-6), round_idx
 
 
+@pytest.mark.slow
 def test_scaffold_on_real_data_keeps_c_the_mean_of_the_stored_c(tmp_path):
     cfg = quickstart(
         "rounds=2", "data.num_clients=5", "data.partition.name=dirichlet", "algorithm.name=scaffold"

@@ -108,6 +108,7 @@ def test_dataset_neither_on_disk_nor_downloadable(tmp_path, capsys, monkeypatch)
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_cli_process_exit_code(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(

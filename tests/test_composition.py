@@ -103,9 +103,14 @@ def test_the_docs_show_this_table() -> None:
 
 
 CELLS = [(k, f) for k in TABLE for f in FEATURES if TABLE[k][f] == "works" and f != "Ray"]
+# a resume cell runs three times (straight, stopped, resumed): `make test`, not the edit loop
+SLOW_CELL = {"resume": pytest.mark.slow}
 
 
-@pytest.mark.parametrize(("kind", "feature"), CELLS, ids=[f"{k}-{f}" for k, f in CELLS])
+@pytest.mark.parametrize(
+    ("kind", "feature"),
+    [pytest.param(k, f, marks=SLOW_CELL.get(f, ()), id=f"{k}-{f}") for k, f in CELLS],
+)
 def test_cell_works(kind: str, feature: str, tmp_path: Path) -> None:
     options = overrides(kind, feature)
     if feature == "resume":
@@ -161,6 +166,7 @@ def test_cell_works(kind: str, feature: str, tmp_path: Path) -> None:
 RAY_CELLS = [k for k in TABLE if TABLE[k]["Ray"] == "works"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", RAY_CELLS)
 def test_ray_cell_equals_the_local_executor(kind: str, ray_pool) -> None:
     local, ray_run = run_local_and_ray(load_config(None, overrides(kind, "Ray")), ray_pool)

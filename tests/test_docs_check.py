@@ -35,6 +35,7 @@ def broken_copy(tmp_path: Path) -> Path:
     return copy / "mkdocs.yml"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_a_broken_link_fails_make_docs_check(tmp_path):
     if not (REPO / ".venv" / "bin" / "mkdocs").exists():

@@ -190,6 +190,7 @@ def check_console(block: Block) -> None:
         assert out.strip().splitlines() == expected, f"{block.where}:\n{out}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_every_code_block_runs(page, tmp_path, quickstart_run, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")

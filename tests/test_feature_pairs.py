@@ -103,6 +103,7 @@ PAIRS = [
 ]
 
 
+@pytest.mark.slow
 def test_every_pair_works_or_is_refused_naming_both(tmp_path, capsys):
     """~500 pairs, one --check each (the dataset is loaded once per process)."""
     problems = []

@@ -174,6 +174,7 @@ def test_personal_and_global_beat_the_global_adapter_alone_on_each_clients_text(
     assert min(gaps) > 0.05, gaps  # nats per token on every client (FedAvg: exactly 0)
 
 
+@pytest.mark.slow
 def test_bytes_resume_ray_and_a_newcomer(tiny, tmp_path, ray_pool):
     """The contract on adapters: only the global adapter travels (bytes by hand), a run
     resumed from round 1 equals the straight one to the bit, the Ray pool equals the local

@@ -140,6 +140,7 @@ CASES = [  # (executor, signal, whether the run starts its own Ray)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("executor", "signum", "own_ray"), CASES)
 def test_interrupted_run_says_how_to_resume_and_resumes_to_the_bit(
     executor, signum, own_ray, uninterrupted, request, monkeypatch, tmp_path

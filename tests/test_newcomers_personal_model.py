@@ -308,6 +308,7 @@ def test_perfedavg_keeps_its_meta_trained_model_after_that_step():
 # ------------------------------------------------------------------ a run on mnist-5k
 
 
+@pytest.mark.slow
 def test_ditto_newcomers_adapted_by_the_personal_objective_beat_the_global_model():
     """Held-out clients of a pathological split (2 classes each): Ditto's personal model
     after one epoch of its own objective against the global model as it is; the training

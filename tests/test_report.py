@@ -86,6 +86,7 @@ def test_report_prints_the_summary_table_fedsim_run_prints(runs, tmp_path, capsy
     )
 
 
+@pytest.mark.slow
 def test_report_on_non_numbers_says_in_one_line_what_it_skipped(runs, tmp_path):
     """Every row's accuracy and a logged value that are not numbers: one warning line each
     (not one per row), and no bare matplotlib source line (an empty plot's legend) on stderr."""
