@@ -134,9 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "runs")
     parser.add_argument("--methods", nargs="+", default=None,
                         help="only these methods (lm-<method>.yaml...; default: every one)")
+    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
+                        help="runs at once, passed on to ray_jobs.reproduce (default: all fit)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--measure", action="store_true", help="time one round of FedAvg")
     args, extra = parser.parse_known_args(argv)  # the rest: overrides for every run
+    if args.max_concurrent is not None:
+        extra = [*extra, f"--max-concurrent={args.max_concurrent}"]
     if args.measure:
         return measure(args.out)
     unknown = [p for p in args.parts if p not in PARTS]
