@@ -21,13 +21,15 @@ tables against FedAvg and Local) into ``runs/debian-<part>/``:
 
 ``--methods fedavg ditto`` runs only those methods (``lm-<method>.yaml``, ``cls-<method>.yaml``);
 ``--max-concurrent 1`` (passed on to reproduce) runs one run at a time. Each part prints the
-CPU time of its process tree. ``--measure`` runs one round of configs/debian/lm-fedavg.yaml
-and prints its wall time and CPU time, the cost per run to plan a table with.
+CPU time of its runs (runs.csv's ``cpu_s``). ``--measure`` runs one round of
+configs/debian/lm-fedavg.yaml and prints its wall time and CPU time, the cost per run to plan
+a table with.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import resource
 import shlex
@@ -85,10 +87,14 @@ def command(part: str, seeds: list[int], out: Path, extra: list[str],
             "--out", str(out / f"debian-{part}"), *references, *overrides, *extra]  # fmt: skip
 
 
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process's finished children and their own."""
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
+def runs_cpu(folder: Path) -> float:
+    """The CPU seconds of the runs ``ray_jobs.reproduce`` last wrote to ``folder``'s runs.csv
+    (``cpu_s``: each run's process; Ray's workers are no children of this one)."""
+    path = folder / "runs.csv"
+    if not path.is_file():
+        return 0.0
+    with open(path, newline="") as handle:
+        return sum(float(r["cpu_s"]) for r in csv.DictReader(handle) if r.get("cpu_s"))
 
 
 def after_tune(out: Path, methods: list[str] | None, cpu: float, wall: float) -> None:
@@ -154,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(line))
         if args.dry_run:
             continue
-        cpu, began = cpu_seconds(), time.perf_counter()
+        began = time.perf_counter()
         code = subprocess.call(line, cwd=REPO)
-        cpu, wall = cpu_seconds() - cpu, time.perf_counter() - began
-        print(f"debian-{part}: {cpu:.0f} CPU-s, {wall:.0f} s wall")
+        cpu, wall = runs_cpu(args.out / f"debian-{part}"), time.perf_counter() - began
+        print(f"debian-{part}: {cpu:.0f} CPU-s in the runs, {wall:.0f} s wall")
         if part == "tune":
             after_tune(args.out, args.methods, cpu, wall)
         if code != 0:

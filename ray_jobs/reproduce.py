@@ -14,7 +14,8 @@ of ``runtime.workers`` bundles, a number that must be given), so runs share a cl
 without oversubscribing it (``--max-concurrent N``: at most N at once, e.g. one run at a
 time on a shared machine). Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
 
-Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run),
+Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run,
+with ``cpu_s``, the CPU seconds of the process that ran it),
 ``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
 ``mean ± std`` over seeds: the sample std of ``fedsim.search.stats``, as in every results
 table; with one seed the std is nan and the table shows the mean alone; "best" says what it
@@ -77,12 +78,14 @@ class RunSpec:
 
 
 def run_one(raw: dict[str, Any], run_dir: str) -> dict[str, Any]:
-    """Ray task body: one full experiment; returns its ``{"best", "final"}`` summary."""
+    """Ray task body: one full experiment; returns its ``{"best", "final"}`` summary with
+    ``cpu_s``, the CPU time (user + system, every thread) of the process that ran it."""
     from fedsim.experiment import run_experiment
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
+    began = time.process_time()
     result = run_experiment(config_from_dict(raw), run_dir, progress=False)
-    return result.summary
+    return {**result.summary, "cpu_s": time.process_time() - began}
 
 
 def plan_runs(
@@ -174,10 +177,13 @@ def write_results(
     that finished, against ``references``) in ``out``; returns the per-config rows."""
     with open(out / "runs.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "run_dir", "error"])
+        writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "cpu_s",
+                         "run_dir", "error"])  # fmt: skip
         for spec, summary, error in zip(specs, summaries, errors, strict=True):
             values = [(summary or {}).get(w, {}).get(k, "") for w, k in COLUMNS]
-            writer.writerow([spec.config, spec.seed, *values, spec.run_dir, error or ""])
+            cpu = (summary or {}).get("cpu_s", "")
+            cpu = f"{cpu:.1f}" if isinstance(cpu, float) else cpu
+            writer.writerow([spec.config, spec.seed, *values, cpu, spec.run_dir, error or ""])
     rows = aggregate(specs, summaries)
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

@@ -218,3 +218,10 @@ def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path)
     assert (ditto.client.lr, ditto.name) == (GRID[1], "debian-lm-ditto")
     assert main(["tune", "table", "--dry-run", "--methods", "fedavg", "--out",
                  str(tmp_path)]) == 0  # fmt: skip
+
+
+def test_a_part_counts_the_cpu_time_of_its_runs(tmp_path):
+    from benchmarks.debian_reference import runs_cpu
+
+    (tmp_path / "runs.csv").write_text("config,seed,cpu_s\na.yaml,0,12.5\na.yaml,1,\nb.yaml,0,30\n")
+    assert runs_cpu(tmp_path) == 42.5 and runs_cpu(tmp_path / "none") == 0.0
