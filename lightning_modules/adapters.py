@@ -45,12 +45,14 @@ _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """A checked adapter configuration: rank, alpha, dropout, the targeted module names."""
+    """A checked adapter configuration: rank, alpha, dropout, the targeted module names and
+    the transformer layers adapted (None: every layer; peft's ``layers_to_transform``)."""
 
     rank: int
     alpha: float  # as given (peft scales by alpha / rank)
     dropout: float
     targets: list[str]
+    layers: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,15 +80,26 @@ class AdapterParts:
     scale: str | None = None
 
 
-def check_lora(rank: Any, alpha: Any, dropout: Any, targets: Any, dtype: str) -> LoraSpec:
+def check_lora(
+    rank: Any, alpha: Any, dropout: Any, targets: Any, dtype: str, layers: Any = None
+) -> LoraSpec:
     """``model.args``' adapter keys checked (a ConfigError naming the key otherwise), by the
     rules the config check applies too (``lora_args``)."""
-    given = {"rank": rank, "alpha": alpha, "dropout": dropout, "targets": targets, "dtype": dtype}
+    given = {"rank": rank, "alpha": alpha, "dropout": dropout, "targets": targets,
+             "layers": layers, "dtype": dtype}  # fmt: skip
     for name, value in given.items():
         check_lora_key(name, value)
     if isinstance(targets, str):
         targets = [targets]
-    return LoraSpec(rank, alpha, dropout, list(targets))
+    return LoraSpec(rank, alpha, dropout, list(targets), None if layers is None else list(layers))
+
+
+def check_layers(model: nn.Module, layers: list[int] | None, source: str) -> None:
+    """ConfigError when ``layers`` names a transformer layer ``model`` does not have."""
+    depth = getattr(model.config, "num_hidden_layers", None)
+    if layers and depth is not None and max(layers) >= depth:
+        raise ConfigError("model.args.layers", layers, f"{source} has {depth} layers: "
+                          f"indices 0 to {depth - 1}")  # fmt: skip
 
 
 def check_variant(variant: Any) -> str:
@@ -138,7 +151,8 @@ def build_adapter(
     import peft
 
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                             target_modules=lora.targets, bias="none")  # fmt: skip
+                             target_modules=lora.targets, layers_to_transform=lora.layers,
+                             bias="none")  # fmt: skip
     adapted = peft.get_peft_model(model, config)
     extras: dict[str, nn.Module] = {}
     if variant == "residual":  # FedEx-LoRA's fold, beside the shared frozen weights

@@ -1,4 +1,5 @@
-"""The LoRA keys of ``model.args`` (rank, alpha, dropout, targets, dtype), checked without torch.
+"""The LoRA keys of ``model.args`` (rank, alpha, dropout, targets, layers, dtype), checked
+without torch.
 
 One set of rules for the two places that read them: the config check (``fedsim run --check``
 answers a wrong rank in about a second, before any data or model is loaded) and the adapted
@@ -12,7 +13,7 @@ from typing import Any
 from fedsim.errors import ConfigError
 from fedsim.pretrained import DTYPES
 
-LORA_KEYS = ("rank", "alpha", "dropout", "targets", "dtype")
+LORA_KEYS = ("rank", "alpha", "dropout", "targets", "layers", "dtype")
 # model.args keys that once asked a model for an algorithm's variant: the algorithm declares it
 RETIRED_ARGS = {"residual": "fedex_lora", "personal_adapter": "feddpa"}
 
@@ -36,6 +37,12 @@ def check_lora_key(name: str, value: Any) -> None:
             isinstance(t, str) and t for t in targets
         ):
             raise ConfigError(key, value, "a list of module names, e.g. [q_proj, v_proj]")
+    if name == "layers" and value is not None and (
+        not isinstance(value, (list, tuple)) or not value
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    ):  # fmt: skip
+        raise ConfigError(key, value, "null (every layer) or a list of layer indices "
+                          ">= 0, e.g. [26, 27, 28, 29]: LoRA on those layers only")  # fmt: skip
     if name == "dtype" and value not in DTYPES:
         raise ConfigError(key, value, f"allowed: {', '.join(DTYPES)}")
 

@@ -26,6 +26,7 @@ from lightning_modules.adapters import (
     adapter_blocks,
     adapter_parts,
     build_adapter,
+    check_layers,
     check_length,
     check_lora,
     check_targets,
@@ -56,6 +57,7 @@ class SequenceClassifier(FLModule):
         alpha: float = 16.0,
         dropout: float = 0.0,
         targets: Any = ("q_proj", "v_proj"),
+        layers: Any = None,
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
         adapter_variant: str | None = None,
@@ -65,7 +67,7 @@ class SequenceClassifier(FLModule):
         weight_decay: float = 0.0,
     ):
         super().__init__(lr=lr, momentum=momentum, weight_decay=weight_decay)
-        lora = check_lora(rank, alpha, dropout, targets, dtype)
+        lora = check_lora(rank, alpha, dropout, targets, dtype, layers)
         self.variant = check_variant(adapter_variant)
         base = load_frozen_base(SOURCE_KEY, source, dtype, weights=weights)
         vocab = int(base.config.vocab_size)
@@ -86,6 +88,7 @@ class SequenceClassifier(FLModule):
             )
         check_length(base, seq_len, source)
         check_targets(base, lora.targets, source)
+        check_layers(base, lora.layers, source)
         self.body, self.extras = build_adapter(
             adapter_ready(shared_copy(base).base_model, lora.targets), lora, self.variant,
             int(base.config.hidden_size), gradient_checkpointing,

@@ -11,9 +11,11 @@ seed) is one Ray task in its own placement group (``fedsim.search.resources``, a
 tune``'s trials: the local executor in one bundle of ``runtime.cpus_per_worker`` CPUs; with
 ``--trial-executor ray``, the default when ``runtime.gpus_per_worker > 0``, a Ray worker pool
 of ``runtime.workers`` bundles, a number that must be given), so runs share a cluster
-without oversubscribing it. Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
+without oversubscribing it (``--max-concurrent N``: at most N at once, e.g. one run at a
+time on a shared machine). Connects to ``--address`` / ``RAY_ADDRESS``, else starts a local Ray.
 
-Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run),
+Writes ``<out>/runs/<config>-seed<k>/`` run folders, ``<out>/runs.csv`` (one row per run,
+with ``cpu_s``, the CPU seconds of the process that ran it),
 ``<out>/results.csv`` (mean and std per config) and ``<out>/results.md`` (percent,
 ``mean ± std`` over seeds: the sample std of ``fedsim.search.stats``, as in every results
 table; with one seed the std is nan and the table shows the mean alone; "best" says what it
@@ -76,12 +78,14 @@ class RunSpec:
 
 
 def run_one(raw: dict[str, Any], run_dir: str) -> dict[str, Any]:
-    """Ray task body: one full experiment; returns its ``{"best", "final"}`` summary."""
+    """Ray task body: one full experiment; returns its ``{"best", "final"}`` summary with
+    ``cpu_s``, the CPU time (user + system, every thread) of the process that ran it."""
     from fedsim.experiment import run_experiment
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
+    began = time.process_time()
     result = run_experiment(config_from_dict(raw), run_dir, progress=False)
-    return result.summary
+    return {**result.summary, "cpu_s": time.process_time() - began}
 
 
 def plan_runs(
@@ -173,10 +177,13 @@ def write_results(
     that finished, against ``references``) in ``out``; returns the per-config rows."""
     with open(out / "runs.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "run_dir", "error"])
+        writer.writerow(["config", "seed", *(f"{w}_{k}" for w, k in COLUMNS), "cpu_s",
+                         "run_dir", "error"])  # fmt: skip
         for spec, summary, error in zip(specs, summaries, errors, strict=True):
             values = [(summary or {}).get(w, {}).get(k, "") for w, k in COLUMNS]
-            writer.writerow([spec.config, spec.seed, *values, spec.run_dir, error or ""])
+            cpu = (summary or {}).get("cpu_s", "")
+            cpu = f"{cpu:.1f}" if isinstance(cpu, float) else cpu
+            writer.writerow([spec.config, spec.seed, *values, cpu, spec.run_dir, error or ""])
     rows = aggregate(specs, summaries)
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -205,8 +212,12 @@ def reproduce(
     address: str | None = None,
     trial_executor: str = "auto",
     references: list[str] | None = None,
+    max_concurrent: int | None = None,
 ) -> ReproduceOutcome:
-    """Run every (config, seed) on Ray; write the tables; return rows and per-run errors."""
+    """Run every (config, seed) on Ray, at most ``max_concurrent`` at once (None: as many
+    as fit); write the tables; return rows and per-run errors."""
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError("--max-concurrent", max_concurrent, "must be >= 1 (or left out)")
     if not configs:
         raise ConfigError("configs", configs, "give at least one YAML config")
     if not seeds:
@@ -227,30 +238,35 @@ def reproduce(
         *(spec.raw[section]["name"] for spec in specs for section in ("model", "data", "algorithm"))
     )
     started = join_or_start_ray(address, py_modules=plugins)
-    groups, refs = [], []
+    groups: dict[int, Any] = {}
     try:
         task = ray.remote(run_one)
-        for spec in specs:
-            cfg = config_from_dict(spec.raw)
+
+        def submit(i: int) -> Any:
+            """Run ``specs[i]`` in its own placement group."""
+            cfg = config_from_dict(specs[i].raw)
             bundles = trial_bundles(cfg.runtime, cfg.runtime.executor)
-            check_fits(bundles, ray.cluster_resources())
-            group = placement_group(bundles, strategy="PACK")
-            groups.append(group)
+            groups[i] = group = placement_group(bundles, strategy="PACK")
             strategy = PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
             )
-            refs.append(
-                task.options(
-                    num_cpus=bundles[0]["CPU"],
-                    num_gpus=bundles[0].get("GPU", 0),
-                    scheduling_strategy=strategy,
-                    max_retries=0,
-                ).remote(spec.raw, spec.run_dir)
-            )
+            return task.options(
+                num_cpus=bundles[0]["CPU"],
+                num_gpus=bundles[0].get("GPU", 0),
+                scheduling_strategy=strategy,
+                max_retries=0,
+            ).remote(specs[i].raw, specs[i].run_dir)
+
+        for spec in specs:  # every run fits the cluster, before the first starts
+            cfg = config_from_dict(spec.raw)
+            check_fits(trial_bundles(cfg.runtime, cfg.runtime.executor), ray.cluster_resources())
         summaries: list[dict | None] = [None] * len(specs)
         errors: list[str | None] = [None] * len(specs)
-        index = {ref: i for i, ref in enumerate(refs)}
-        pending = list(refs)
+        waiting = list(range(len(specs)))
+        at_once = max_concurrent or len(specs)
+        index = {submit(i): i for i in waiting[:at_once]}  # ref -> spec
+        waiting = waiting[at_once:]
+        pending = list(index)
         while pending:  # free each run's placement group as soon as it ends
             done, pending = ray.wait(pending, num_returns=1)
             i = index[done[0]]
@@ -260,9 +276,14 @@ def reproduce(
                 message = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
                 errors[i] = f"{err.__class__.__name__}: {message}"
                 print(f"reproduce: {specs[i].run_dir} failed: {errors[i]}", file=sys.stderr)
-            remove_placement_group(groups[i])
+            remove_placement_group(groups.pop(i))
+            if waiting:  # the next run, as one ends (--max-concurrent)
+                nxt = waiting.pop(0)
+                ref = submit(nxt)
+                index[ref] = nxt
+                pending.append(ref)
     finally:
-        for group in groups:
+        for group in groups.values():
             try:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001
@@ -281,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output folder (default runs/reproduce-T)")
     parser.add_argument("--address", default=None, help="Ray cluster (default RAY_ADDRESS)")
     parser.add_argument("--trial-executor", default="auto", help="auto | local | ray (per run)")
+    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
+                        help="runs at once (default: as many as the cluster fits)")  # fmt: skip
     parser.add_argument("--reference", action="append", default=None, metavar="NAME",
                         help="method to count clients hurt and paired differences against "
                         "(repeatable; default fedavg and local where present)")  # fmt: skip
@@ -296,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             address=args.address,
             trial_executor=args.trial_executor,
             references=args.reference,
+            max_concurrent=args.max_concurrent,
         )
     except ConfigError as err:
         print(f"reproduce: error: {err}", file=sys.stderr)

@@ -4,6 +4,7 @@ packages where installed), ``data.name=debian-reference``, natural clients chose
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +178,50 @@ def test_holdout_names_hold_out_the_clients_of_those_names():
         named_ids({"name": "iid"}, ["*-1"])
     with pytest.raises(ConfigError, match="eval.holdout_names"):
         load_config(None, ["eval.holdout_names=[a]", "eval.holdout_clients=2"])
+
+
+def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path):
+    import json
+
+    from benchmarks.debian_reference import command, main
+    from benchmarks.debian_tune import GRID, TUNE_SEED, choose, lr_name, tune_markdown
+
+    line = command("tune", [0, 1], tmp_path, [], ["fedavg", "ditto"])
+    grid = [a for a in line if a.endswith(".yaml")]
+    assert len(grid) == 2 * len(GRID) and line[line.index("--seeds") + 1] == str(TUNE_SEED)
+    assert "--reference" not in line and line[-1] == "rounds=1"  # no one reference; its budget
+    cfg = load_config(grid[1], [])
+    assert cfg.client.lr == GRID[1] and cfg.algorithm.name == "ditto"
+    assert cfg.name == f"debian-lm-ditto-lr{lr_name(GRID[1])}"
+    runs = tmp_path / "debian-tune" / "runs"
+    losses = {"lm-ditto": (4.0, 3.5, 3.9), "lm-fedavg": (4.2, 4.3, math.nan)}
+    for stem, values in losses.items():  # by hand: ditto's lowest at GRID[1], fedavg's at [0]
+        for lr, loss in zip(GRID, values, strict=True):
+            if math.isnan(loss):
+                continue  # a run that did not finish takes no part
+            folder = runs / f"{stem}-lr{lr_name(lr)}-seed{TUNE_SEED}"
+            folder.mkdir(parents=True)
+            summary = {"selected_on": "validation", "best": {"val/loss": loss, "loss": 0.0}}
+            (folder / "summary.json").write_text(json.dumps(summary))
+    chosen = choose(runs, ["lm-ditto", "lm-fedavg"])
+    assert chosen["lm-ditto"]["lr"] == GRID[1] and chosen["lm-fedavg"]["lr"] == GRID[0]
+    assert f"| lm-ditto | 4.0000 | 3.5000 | 3.9000 | {GRID[1]:g} |" in tune_markdown(chosen, "b")
+    from benchmarks.debian_reference import after_tune
+
+    after_tune(tmp_path, ["fedavg", "ditto"], 12.0, 34.0)
+    assert "12 CPU-s" in (tmp_path / "debian-tune" / "tune.md").read_text()
+    table = command("table", [0], tmp_path, [], ["fedavg", "ditto", "local"])
+    tuned = [a for a in table if a.endswith(".yaml")]
+    assert tuned[0] == str(tmp_path / "debian-tune" / "configs" / "lm-ditto.yaml")
+    assert tuned[2] == "configs/debian/lm-local.yaml"  # not tuned: as shipped
+    ditto = load_config(tuned[0], [])
+    assert (ditto.client.lr, ditto.name) == (GRID[1], "debian-lm-ditto")
+    assert main(["tune", "table", "--dry-run", "--methods", "fedavg", "--out",
+                 str(tmp_path)]) == 0  # fmt: skip
+
+
+def test_a_part_counts_the_cpu_time_of_its_runs(tmp_path):
+    from benchmarks.debian_reference import runs_cpu
+
+    (tmp_path / "runs.csv").write_text("config,seed,cpu_s\na.yaml,0,12.5\na.yaml,1,\nb.yaml,0,30\n")
+    assert runs_cpu(tmp_path) == 42.5 and runs_cpu(tmp_path / "none") == 0.0

@@ -22,6 +22,8 @@ BAD = [
     ("alpha", "-1", "LoRA's alpha must be a number > 0"),
     ("dropout", "1.0", "must be in [0, 1)"),
     ("targets", "[]", "a list of module names"),
+    ("layers", "[-1]", "a list of layer indices >= 0"),
+    ("layers", "3", "a list of layer indices >= 0"),
     ("dtype", "float8", "allowed: "),
 ]
 RETIRED = [  # model flags an algorithm's adapter declaration replaced
@@ -59,3 +61,19 @@ def test_a_wrong_rank_is_one_line_without_torch():
     assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
     line = "fedsim: error: model.args.rank=0: the LoRA rank must be an integer >= 1"
     assert done.stderr.strip() == line
+
+
+def test_layers_adapt_only_those_layers_and_are_checked_against_the_model(tiny):
+    from lora_fixtures import LAYERS
+
+    from lightning_modules.causal_lm import CausalLM
+
+    top = CausalLM(source=tiny, rank=2, layers=[LAYERS - 1])
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, p in top.named_parameters()
+               if p.requires_grad}  # fmt: skip
+    assert adapted == {str(LAYERS - 1)} and top.block_names[-1].endswith(f"layers.{LAYERS - 1}")
+    every = CausalLM(source=tiny, rank=2)
+    assert sum(p.numel() for p in every.parameters() if p.requires_grad) == LAYERS * sum(
+        p.numel() for p in top.parameters() if p.requires_grad)
+    with pytest.raises(ConfigError, match=f"model.args.layers.*has {LAYERS} layers"):
+        CausalLM(source=tiny, rank=2, layers=[LAYERS])

@@ -41,7 +41,7 @@ def test_reproduce_configs_x_seeds_on_a_cluster(ray_address, tmp_path):
     out = tmp_path / "repro"
     command = [
         sys.executable, "-m", "ray_jobs.reproduce", "configs/quickstart.yaml", str(local_yaml),
-        "--seeds", "0", "1", "--out", str(out),
+        "--seeds", "0", "1", "--out", str(out), "--max-concurrent", "1",
         "rounds=1", "data.num_clients=4", "join_ratio=0.5", "data.partition.name=pathological",
     ]  # fmt: skip
     proc = subprocess.run(
@@ -57,6 +57,7 @@ def test_reproduce_configs_x_seeds_on_a_cluster(ray_address, tmp_path):
         ("quickstart", "0"), ("quickstart", "1"), ("quick-local", "0"), ("quick-local", "1"),
     ]  # fmt: skip
     assert not any(r["error"] for r in runs)
+    assert all(float(r["cpu_s"]) > 0 for r in runs)  # each run's process CPU time
     with open(out / "results.csv") as handle:
         results = list(csv.DictReader(handle))
     assert [r["label"] for r in results] == ["quickstart (fedavg)", "quick-local (local)"]

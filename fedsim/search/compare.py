@@ -17,8 +17,11 @@ method, over its seeds (mean, sample std and a 95 % t interval, ``fedsim.search.
 
 Against each reference method (FedAvg, Local...), the clients hurt on the metric the table
 reports (``hurt_metric.py``: perplexity for next-token runs, else accuracy) on the same
-seeds, and the paired difference of ``acc`` (and ``val_acc``) with its interval and
-paired t test: a difference is marked supported when p < 0.05.
+seeds; the gain on that metric over clients and seeds (``client_difference``: per client
+averaged over the paired seeds, then a 95 % t interval and a paired t test over the
+clients; held-out clients apart); and the paired difference of ``acc`` (and ``val_acc``)
+over seeds with its interval and paired t test: a difference is marked supported when
+p < 0.05.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import ConfigError
-from fedsim.search.stats import PAIRED_TEST, mean_std, paired_difference, supported, t_interval
+from fedsim.search.stats import (
+    PAIRED_TEST,
+    mean_difference,
+    mean_std,
+    paired_difference,
+    supported,
+    t_interval,
+)
 from fedsim.tracking.clients_hurt import HurtSummary
 from fedsim.tracking.hurt_metric import clients_hurt_on_metric
 from fedsim.tracking.run_data import RunData, is_number, load_run
@@ -164,6 +174,20 @@ def method_row(method: Method) -> dict[str, Any]:
     return row
 
 
+def client_difference(hurt: list[HurtSummary]) -> dict[str, float]:
+    """The gain over clients and seeds: per client, its difference (``HurtSummary``: on
+    perplexity the reference's mean test loss per token minus the run's, else the accuracy
+    minus the reference's) averaged over the paired seeds; then, over the clients,
+    ``mean_difference`` (the mean, its 95 % t interval, the paired t test's p). The client is
+    the unit: its seeds are not independent draws of it. ``clients``: how many."""
+    per_client: dict[int, list[float]] = {}
+    for h in hurt:
+        for c, d in zip(h.clients, h.differences, strict=True):
+            per_client.setdefault(int(c), []).append(float(d))
+    gains = [float(np.mean(v)) for _, v in sorted(per_client.items())]
+    return {**mean_difference(gains), "clients": len(gains), "seeds": len(hurt)}
+
+
 def versus(method: Method, reference: Method) -> dict[str, Any]:
     """Clients hurt (mean share over the paired seeds) and paired differences against
     ``reference``; empty when they share no seed."""
@@ -180,8 +204,10 @@ def versus(method: Method, reference: Method) -> dict[str, Any]:
         out[share] = float(np.mean([getattr(h, share) for h in hurt]))
     held = [clients_hurt_on_metric(run, ref, held_out=True)
             for run, ref in pairs if run.held_out]  # fmt: skip
+    out["gain"] = client_difference(hurt)
     if held and all(len(h.clients) for h in held):
         out["held_out_worse"] = float(np.mean([h.worse for h in held]))
+        out["held_out_gain"] = client_difference(held)
     for key in ("acc", "val_acc"):
         mine = [run_numbers(run)[key] for run, _ in pairs]
         theirs = [run_numbers(ref)[key] for _, ref in pairs]
@@ -233,6 +259,6 @@ def load_methods(paths: list[str | Path]) -> list[Method]:
 
 
 __all__ = ["COLUMNS", "COSTS", "LOWER_IS_BETTER", "OPTIONAL", "PAIRED_TEST", "Method",
-           "check_comparable", "compare_methods", "find_reference", "group_methods",
-           "load_methods", "method_row", "run_folders", "run_numbers", "supported",
-           "versus"]  # fmt: skip
+           "check_comparable", "client_difference", "compare_methods", "find_reference",
+           "group_methods", "load_methods", "method_row", "run_folders", "run_numbers",
+           "supported", "versus"]  # fmt: skip

@@ -65,20 +65,49 @@ def methods_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gain_cell(d: dict[str, float] | None, metric: str) -> str:
+    """The gain over clients and seeds (``client_difference``): on perplexity the loss per
+    token in nats (> 0: lower perplexity) with the perplexity ratio exp(-gain), else
+    accuracy points; ``[95 % interval] p=``, ``*`` when the clients support it."""
+    if not d or math.isnan(d["mean"]):
+        return "n/a"
+    nats = metric == "perplexity"
+    scale, digits = (1.0, 3) if nats else (100.0, 2)
+    text = f"{scale * d['mean']:+.{digits}f}"
+    if not math.isnan(d["lo"]):
+        text += f" [{scale * d['lo']:+.{digits}f}, {scale * d['hi']:+.{digits}f}]"
+    if not math.isnan(d["p"]):
+        text += f" p={d['p']:.3f}" + (" *" if supported(d) else "")
+    if nats:
+        text += f" (ppl x{math.exp(-d['mean']):.3f})"
+    return text
+
+
 def versus_markdown(reference: str, rows: list[dict]) -> str:
     """Against one reference: clients worse / better / within noise (mean share over the
-    paired seeds), the worst client's loss, and the paired accuracy differences."""
+    paired seeds), the worst client's loss, the gain on the reported metric over clients
+    and seeds (its paired t test over clients named in the header), and the paired accuracy
+    differences over seeds."""
+    metric = rows[0].get("metric", "accuracy") if rows else "accuracy"
+    unit = "loss/token, nats" if metric == "perplexity" else "acc, points"
+    held = any(r.get("held_out_gain") for r in rows)
+    gain_heads = f"Δ {metric} per client ({unit}; paired t over clients x seeds)"
+    gain_heads += " | Δ held-out" if held else ""
     lines = [
         f"| vs {reference} | seeds | worse | better | within noise | worst client's loss "
-        "| Δ acc (final) | Δ acc (val-selected) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {gain_heads} | Δ acc (final) | Δ acc (val-selected) |",
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if held else "") + "---:|---:|",
     ]
     for r in rows:
-        held = f" (held-out: {100 * r['held_out_worse']:.0f}%)" if "held_out_worse" in r else ""
+        worse_held = ""
+        if "held_out_worse" in r:
+            worse_held = f" (held-out: {100 * r['held_out_worse']:.0f}%)"
+        gains = gain_cell(r.get("gain"), metric)
+        gains += f" | {gain_cell(r.get('held_out_gain'), metric)}" if held else ""
         lines.append(
-            f"| {r['label']} | {r['pairs']} | {100 * r['worse']:.0f}%{held} | "
+            f"| {r['label']} | {r['pairs']} | {100 * r['worse']:.0f}%{worse_held} | "
             f"{100 * r['better']:.0f}% | {100 * r['within']:.0f}% | "
-            f"{100 * r['worst_loss']:.1f} | {difference_cell(r['acc'])} | "
+            f"{100 * r['worst_loss']:.1f} | {gains} | {difference_cell(r['acc'])} | "
             f"{difference_cell(r['val_acc'])} |"
         )
     return "\n".join(lines) + "\n"
@@ -97,9 +126,29 @@ def notes(against: dict[str, list[dict]]) -> str:
         "trained client sends and receives, per client round.\n\n"
         f"Clients hurt are read at each run's {where}: per client, the accuracy minus the "
         f"reference's on the same seed; within noise when at most {Z} standard errors of "
-        "the difference of the two accuracies on that client's test samples. Δ: paired "
+        "the difference of the two accuracies on that client's test samples. Δ acc: paired "
         f"over seeds, in points [95 % interval], with the {PAIRED_TEST}; * marks a "
-        "difference the seeds support (p < 0.05).\n" + perplexity_note(against)
+        "difference the seeds support (p < 0.05).\n\n" + gain_note(against)
+        + perplexity_note(against)
+    )
+
+
+def gain_note(against: dict[str, list[dict]]) -> str:
+    """How the gain over clients and seeds is computed (empty without a reference)."""
+    rows = [r for vs in against.values() for r in vs]
+    if not rows:
+        return ""
+    what = ("the reference's mean test loss per token minus the method's, in nats, > 0 "
+            "better; ppl x: the ratio exp(-gain) of the perplexities' geometric mean"
+            if any(r.get("metric") == "perplexity" for r in rows)
+            else "the method's accuracy minus the reference's, in points")  # fmt: skip
+    return (
+        f"Δ per client: each client's gain on the reported metric ({what}) at each run's "
+        "selected round, averaged over the seeds both ran; then the mean over the clients "
+        "[95 % t interval] and the two-sided paired t test over clients (scipy.stats."
+        "ttest_1samp of those gains against 0, i.e. ttest_rel of the two methods' per-client "
+        "values): the client is the unit, its seeds are averaged, not counted as draws; * "
+        "where p < 0.05. Held-out clients apart.\n"
     )
 
 

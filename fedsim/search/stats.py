@@ -1,6 +1,6 @@
 """Mean ± std over seeds: the one function behind every results table (README, results.csv);
-the 95 % t interval of a mean, and paired differences between methods run on the same seeds
-with their interval and a paired t test (``fedsim compare``).
+the 95 % t interval of a mean, and paired differences between methods (run on the same seeds,
+or per client pooled over seeds) with their interval and a paired t test (``fedsim compare``).
 
 The std is the sample std (ddof 1, as ``statistics.stdev``): seeds are a sample of the runs one
 could make. With a single value it is undefined (nan) and a table cell shows the mean alone.
@@ -57,23 +57,30 @@ def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, flo
 PAIRED_TEST = "paired t test (scipy.stats.ttest_rel, two-sided)"
 
 
-def paired_difference(
-    a: Iterable[float], b: Iterable[float], level: float = 0.95
-) -> dict[str, float]:
-    """``a - b`` over paired seeds: the mean difference, its ``level`` interval
-    (``t_interval`` of the differences), and the two-sided p-value of the paired t test
-    (``PAIRED_TEST``; nan with fewer than two pairs or when every difference is equal)."""
+def mean_difference(differences: Iterable[float], level: float = 0.95) -> dict[str, float]:
+    """Paired ``differences`` (one per pair): their count, mean, ``level`` interval
+    (``t_interval``) and the two-sided p-value of the paired t test, the one-sample t test
+    of the differences against 0 (what ``ttest_rel`` computes; nan with fewer than two or
+    when every difference is equal)."""
     from scipy import stats
 
-    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)]
-    pairs = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
-    diffs = [x - y for x, y in pairs]
+    diffs = [float(d) for d in differences if math.isfinite(float(d))]
     mean = float(np.mean(diffs)) if diffs else math.nan
     lo, hi = t_interval(diffs, level)
     p = math.nan
     if len(diffs) >= 2 and np.ptp(diffs) > 0:
-        p = float(stats.ttest_rel([x for x, _ in pairs], [y for _, y in pairs]).pvalue)
+        p = float(stats.ttest_1samp(diffs, 0.0).pvalue)
     return {"n": len(diffs), "mean": mean, "lo": lo, "hi": hi, "p": p}
+
+
+def paired_difference(
+    a: Iterable[float], b: Iterable[float], level: float = 0.95
+) -> dict[str, float]:
+    """``a - b`` over paired seeds: ``mean_difference`` of the finite pairs (the mean, its
+    ``level`` interval and the ``PAIRED_TEST``'s p-value)."""
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)]
+    return mean_difference([x - y for x, y in pairs if math.isfinite(x) and math.isfinite(y)],
+                           level)  # fmt: skip
 
 
 def supported(difference: dict[str, float], alpha: float = 0.05) -> bool:

@@ -68,37 +68,64 @@ class HurtSummary:
                 "selection": self.selection}  # fmt: skip
 
 
-def _rows_at(columns: dict[str, np.ndarray], round_idx: int) -> dict[int, tuple[float, int]]:
-    """client -> (accuracy, test samples) at ``round_idx``."""
+def rows_at(columns: dict[str, np.ndarray], round_idx: int, keys: tuple[str, ...]
+            ) -> dict[int, tuple[float, ...]]:  # fmt: skip
+    """client -> (its ``keys`` columns..., test samples ``n``) at ``round_idx``."""
     if not len(columns.get("round", [])):
         return {}
     at = columns["round"] == round_idx
-    picked = zip(columns["client"][at], columns["accuracy"][at], columns["n"][at], strict=True)
-    return {int(c): (float(a), int(n)) for c, a, n in picked}
+    picked = zip(columns["client"][at], *(columns[k][at] for k in keys), columns["n"][at],
+                 strict=True)  # fmt: skip
+    return {int(c): (*map(float, values), int(n)) for c, *values, n in picked}
+
+
+@dataclass
+class PairedClients:
+    """Two runs' rows on the clients both evaluated, each at its selected round."""
+
+    clients: list[int]
+    mine: dict[int, tuple[float, ...]]  # client -> (keys..., n) of the run
+    theirs: dict[int, tuple[float, ...]]  # the same of the reference
+    selection: str  # which rounds were compared
+
+    def column(self, i: int, reference: bool = False) -> np.ndarray:
+        """The ``i``-th key over ``clients`` (-1: the test size), of the run or reference."""
+        rows = self.theirs if reference else self.mine
+        return np.array([rows[c][i] for c in self.clients], dtype=float)
+
+
+def paired_clients(run: RunData, reference: RunData, keys: tuple[str, ...],
+                   held_out: bool = False) -> PairedClients:  # fmt: skip
+    """The one pairing behind every per-client comparison (accuracy here, the loss in
+    ``hurt_metric``): each run at its selected round, the clients both evaluated
+    (``held_out``: the held-out clients instead); ConfigError when a client's test size
+    differs between the two (not the same clients)."""
+    (r_round, how), (ref_round, ref_how) = selected_round(run), selected_round(reference)
+    part = "held_out" if held_out else "clients"
+    mine = rows_at(getattr(run, part), r_round, keys)
+    theirs = rows_at(getattr(reference, part), ref_round, keys)
+    common = sorted(set(mine) & set(theirs))
+    for c in common:
+        if mine[c][-1] != theirs[c][-1]:
+            raise ConfigError(
+                "reference", str(reference.run_dir), f"client {c} has {theirs[c][-1]} test "
+                f"samples there and {mine[c][-1]} in {run.run_dir}: not the same clients "
+                "(compare runs of the same data, partition and seed)",
+            )  # fmt: skip
+    selection = how if how == ref_how else f"{how} vs the reference's {ref_how}"
+    return PairedClients(common, mine, theirs, selection)
 
 
 def clients_hurt(run: RunData, reference: RunData, held_out: bool = False) -> HurtSummary:
-    """Per-client differences of ``run`` against ``reference`` at each one's selected round,
-    over the clients both evaluated (``held_out``: the held-out clients instead); raises
-    ConfigError when the two runs do not have the same clients (test sizes differ)."""
-    (r_round, how), (ref_round, ref_how) = selected_round(run), selected_round(reference)
-    part = "held_out" if held_out else "clients"
-    mine = _rows_at(getattr(run, part), r_round)
-    theirs = _rows_at(getattr(reference, part), ref_round)
-    common = sorted(set(mine) & set(theirs))
-    for c in common:
-        if mine[c][1] != theirs[c][1]:
-            raise ConfigError(
-                "reference", str(reference.run_dir), f"client {c} has {theirs[c][1]} test "
-                f"samples there and {mine[c][1]} in {run.run_dir}: not the same clients "
-                "(compare runs of the same data, partition and seed)",
-            )  # fmt: skip
-    p_a = np.array([mine[c][0] for c in common])
-    p_r = np.array([theirs[c][0] for c in common])
-    n = np.array([mine[c][1] for c in common], dtype=float)
+    """Per-client accuracy differences of ``run`` against ``reference`` at each one's
+    selected round, over the clients both evaluated (``held_out``: the held-out clients
+    instead); ConfigError when the two runs do not have the same clients."""
+    paired = paired_clients(run, reference, ("accuracy",), held_out)
+    p_a, p_r = paired.column(0), paired.column(0, reference=True)
+    n = paired.column(-1)
     noise = Z * np.sqrt((p_a * (1 - p_a) + p_r * (1 - p_r)) / np.maximum(n, 1))
-    selection = how if how == ref_how else f"{how} vs the reference's {ref_how}"
-    return HurtSummary(np.array(common, dtype=np.int64), p_a - p_r, noise, selection)
+    return HurtSummary(np.array(paired.clients, dtype=np.int64), p_a - p_r, noise,
+                       paired.selection)  # fmt: skip
 
 
 def plot_clients_hurt(
@@ -136,4 +163,5 @@ def plot_clients_hurt(
     return save_figure(fig, path)
 
 
-__all__ = ["Z", "HurtSummary", "clients_hurt", "plot_clients_hurt", "selected_round"]
+__all__ = ["Z", "HurtSummary", "PairedClients", "clients_hurt", "paired_clients",
+           "plot_clients_hurt", "rows_at", "selected_round"]

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsim.errors import ConfigError
 from fedsim.tracking.client_names import client_names, name_of
-from fedsim.tracking.clients_hurt import HurtSummary, Z, clients_hurt, selected_round
+from fedsim.tracking.clients_hurt import (
+    HurtSummary,
+    Z,
+    clients_hurt,
+    paired_clients,
+    selected_round,
+)
 from fedsim.tracking.run_data import RunData
 
 
@@ -24,16 +29,6 @@ def judged_on(run: RunData) -> str:
     """``perplexity`` for a next-token run that recorded its loss spread, else ``accuracy``."""
     has = all(k in run.clients for k in ("perplexity", "loss_sd"))
     return "perplexity" if has and np.isfinite(run.clients["loss_sd"]).any() else "accuracy"
-
-
-def _loss_rows(columns: dict[str, np.ndarray], round_idx: int) -> dict[int, tuple[float, ...]]:
-    """client -> (mean loss, loss sd, test tokens) at ``round_idx``."""
-    if not len(columns.get("round", [])):
-        return {}
-    at = columns["round"] == round_idx
-    picked = zip(columns["client"][at], columns["loss"][at], columns["loss_sd"][at],
-                 columns["n"][at], strict=True)  # fmt: skip
-    return {int(c): (float(loss), float(sd), int(n)) for c, loss, sd, n in picked}
 
 
 def clients_hurt_on_metric(
@@ -44,24 +39,12 @@ def clients_hurt_on_metric(
     gains (the reference's loss minus the run's: positive is better)."""
     if judged_on(run) != "perplexity" or judged_on(reference) != "perplexity":
         return clients_hurt(run, reference, held_out)
-    (r_round, how), (ref_round, ref_how) = selected_round(run), selected_round(reference)
-    part = "held_out" if held_out else "clients"
-    mine = _loss_rows(getattr(run, part), r_round)
-    theirs = _loss_rows(getattr(reference, part), ref_round)
-    common = sorted(set(mine) & set(theirs))
-    for c in common:
-        if mine[c][2] != theirs[c][2]:
-            raise ConfigError(
-                "reference", str(reference.run_dir), f"client {c} has {theirs[c][2]} test "
-                f"tokens there and {mine[c][2]} in {run.run_dir}: not the same clients "
-                "(compare runs of the same data, partition and seed)",
-            )  # fmt: skip
-    loss_a, sd_a, n = (np.array([mine[c][i] for c in common], dtype=float) for i in range(3))
-    loss_r, sd_r = (np.array([theirs[c][i] for c in common], dtype=float) for i in range(2))
+    paired = paired_clients(run, reference, ("loss", "loss_sd"), held_out)
+    loss_a, sd_a, n = paired.column(0), paired.column(1), paired.column(-1)
+    loss_r, sd_r = paired.column(0, reference=True), paired.column(1, reference=True)
     noise = Z * np.sqrt((sd_a**2 + sd_r**2) / np.maximum(n, 1))
-    selection = how if how == ref_how else f"{how} vs the reference's {ref_how}"
-    return HurtSummary(np.array(common, dtype=np.int64), loss_r - loss_a, noise, selection,
-                       metric="perplexity")  # fmt: skip
+    return HurtSummary(np.array(paired.clients, dtype=np.int64), loss_r - loss_a, noise,
+                       paired.selection, metric="perplexity")  # fmt: skip
 
 
 def client_metric(run: RunData, metric: str) -> dict[int, tuple[float, bool]]:
