@@ -69,7 +69,16 @@ def part_configs(part: str, out: Path, methods: list[str] | None = None) -> list
     configs = sorted(CONFIGS.glob(pattern))
     if methods:
         configs = [c for c in configs if c.stem.split("-", 1)[1] in methods]
-    return configs if part == "tune" else tuned_configs(configs, out / "debian-tune" / "configs")
+    if part == "tune":
+        return configs
+    folder = out / "debian-tune" / "configs"
+    tuned = tuned_configs(configs, folder)
+    if PARTS[part][0] == PARTS["tune"][0]:  # the tuned methods' parts: say which lr each runs
+        for config, used in zip(configs, tuned, strict=True):
+            if used == config:
+                print(f"note: {config.name} runs at its shipped lr: no tuned config in "
+                      f"{folder} (run the tune part first, with the same --out)")  # fmt: skip
+    return tuned
 
 
 def command(part: str, seeds: list[int], out: Path, extra: list[str],

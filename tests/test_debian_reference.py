@@ -180,7 +180,7 @@ def test_holdout_names_hold_out_the_clients_of_those_names():
         load_config(None, ["eval.holdout_names=[a]", "eval.holdout_clients=2"])
 
 
-def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path):
+def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path, capsys):
     import json
 
     from benchmarks.debian_reference import command, main
@@ -210,10 +210,13 @@ def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path)
 
     after_tune(tmp_path, ["fedavg", "ditto"], 12.0, 34.0)
     assert "12 CPU-s" in (tmp_path / "debian-tune" / "tune.md").read_text()
+    capsys.readouterr()
     table = command("table", [0], tmp_path, [], ["fedavg", "ditto", "local"])
     tuned = [a for a in table if a.endswith(".yaml")]
     assert tuned[0] == str(tmp_path / "debian-tune" / "configs" / "lm-ditto.yaml")
-    assert tuned[2] == "configs/debian/lm-local.yaml"  # not tuned: as shipped
+    assert tuned[2] == "configs/debian/lm-local.yaml"  # not tuned: as shipped, and said so
+    notes = capsys.readouterr().out.splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: lm-local.yaml runs at its shipped lr")
     ditto = load_config(tuned[0], [])
     assert (ditto.client.lr, ditto.name) == (GRID[1], "debian-lm-ditto")
     assert main(["tune", "table", "--dry-run", "--methods", "fedavg", "--out",
