@@ -13,15 +13,16 @@ synchronous one). Each case checks that the run
   same config to the bit: metrics.jsonl (wall times aside), clients.csv, and the final
   checkpoint's server state and client states.
 
-Ray is one case, one interrupted run: SIGTERM (how a cluster's scheduler stops a job) to a
-run that starts its own Ray, after which no process it started (GCS, raylet, worker actors)
-remains. SIGINT takes the same path in the run (``fedsim.interrupts`` holds both signals
-alike; only the exit code and the word differ), which the local cases check for both; a
-second Ray run for SIGINT would cost a process, a Ray start and an actor start. The uninterrupted
-run and the printed resume command run in this process (``fedsim.cli.main`` with the
-command's arguments; for Ray on the worker actors the session lends, ``ray_pool``): the
-same computation as a new process's, without another ~7 s of imports each (a Ray pool
-equals the in-process executor to the bit, whatever its size).
+Two cases, one per executor and one per signal: SIGINT to the local executor's asynchronous
+run, and SIGTERM (how a cluster's scheduler stops a job) to a Ray run that starts its own
+Ray, after which no process it started (GCS, raylet, worker actors) remains. Both signals
+take the same path in the run (``fedsim.interrupts`` holds them alike; only the exit code
+and the word differ): the other two pairs would each cost a process with its ~7 s of
+imports and a full run, for no path of the code that these two do not take. The
+uninterrupted run and the printed resume command run in this process (``fedsim.cli.main``
+with the command's arguments; for Ray on the worker actors the session lends,
+``ray_pool``): the same computation as a new process's, without another ~7 s of imports
+each (a Ray pool equals the in-process executor to the bit, whatever its size).
 """
 
 from __future__ import annotations
@@ -135,7 +136,6 @@ def uninterrupted(tmp_path_factory) -> Any:
 
 CASES = [  # (executor, signal, whether the run starts its own Ray)
     pytest.param("local", signal.SIGINT, False, id="local-SIGINT"),
-    pytest.param("local", signal.SIGTERM, False, id="local-SIGTERM"),
     pytest.param("ray", signal.SIGTERM, True, id="ray-SIGTERM-own-ray", marks=pytest.mark.slow),
 ]
 
