@@ -20,12 +20,15 @@ from __future__ import annotations
 import pytest
 from test_pfl_baselines_effect import (
     ACCURACY,
+    GROUP,
     MARGIN,
     PATHOLOGICAL,
     best,
     fedavg_below_the_bar,
     run,
 )
+
+pytestmark = pytest.mark.xdist_group(GROUP)  # FedAvg's run is that module's
 
 
 @pytest.fixture(scope="module")

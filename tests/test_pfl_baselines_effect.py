@@ -15,6 +15,7 @@ The bar, 0.65 and 20 points above FedAvg, is asserted out of FedAvg's reach in t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -61,6 +62,13 @@ def best(result: RunResult) -> float:
     return float(result.summary["best"]["acc_weighted"])
 
 
+# FedAvg on PATHOLOGICAL is the reference of this module, test_personalization_effect.py
+# and test_fedavg_ft.py: one run per test process, and the three share the group GROUP,
+# so one run per session.
+GROUP = "test_pfl_baselines_effect"
+
+
+@functools.cache
 def fedavg_below_the_bar() -> float:
     """FedAvg's best on ``PATHOLOGICAL``, asserted well below the bar."""
     accuracy = best(run([*PATHOLOGICAL, "algorithm.name=fedavg"]))
