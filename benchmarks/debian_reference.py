@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 
 from benchmarks.debian_tune import (  # noqa: E402
     GRID,
-    TUNE_OVERRIDES,
     TUNE_SEED,
     choose,
+    rounds_text,
     tune_markdown,
     tuned_configs,
     write_grid,
@@ -87,9 +87,8 @@ def command(part: str, seeds: list[int], out: Path, extra: list[str],
     ``TUNE_SEED``)."""
     _, overrides = PARTS[part]
     configs = part_configs(part, out, methods)
-    if part == "tune":  # the grid, on a seed of its own, for its budget (after the user's)
+    if part == "tune":  # the grid, on a seed of its own (each config says its rounds)
         configs, seeds = write_grid(configs, out / "debian-tune" / "grid"), [TUNE_SEED]
-        extra = [*extra, *TUNE_OVERRIDES]
     shown = [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in configs]
     references = [] if part == "tune" else ["--reference", "fedavg", "--reference", "local"]
     return [sys.executable, "-m", "ray_jobs.reproduce", *shown, "--seeds", *map(str, seeds),
@@ -118,8 +117,8 @@ def after_tune(out: Path, methods: list[str] | None, cpu: float, wall: float) ->
     configs = [CONFIGS / f"{stem}.yaml" for stem in stems]
     chosen = choose(folder / "runs", stems)
     write_tuned(chosen, configs, folder / "configs")
-    budget = (f"{len(GRID) * len(configs)} runs of the table's setting with "
-              f"{' '.join(TUNE_OVERRIDES)} on seed {TUNE_SEED}, "
+    budget = (f"{len(GRID) * len(configs)} runs of the table's setting for "
+              f"{rounds_text(stems)} on seed {TUNE_SEED}, "
               f"{sum(c['cpu_s'] for c in calls)} CPU-s ({sum(c['wall_s'] for c in calls)} s "
               "wall)")  # fmt: skip
     (folder / "tune.md").write_text(tune_markdown(chosen, budget))

@@ -3,10 +3,12 @@ chosen on validation before the seeds run on test (``benchmarks/debian_reference
 
 Every (method, lr) of ``GRID`` is one config, ``base:`` the method's own config with
 ``client.lr`` set, written to ``<out>/debian-tune/grid/``; one ``ray_jobs.reproduce`` call
-runs them all on ``TUNE_SEED`` (a seed the table does not use) for ``TUNE_OVERRIDES``' budget
-(one round), each picking its best round on the validation loss (``eval.select_on: loss``,
-as every run of the table). A method's lr is the one whose run reached the lowest validation
-loss (summary.json's ``best`` ``val/loss``; the test split chooses nothing).
+runs them all on ``TUNE_SEED`` (a seed the table does not use), each for ``tune_rounds``
+rounds (one; FedDPA two: its personal adapter first trains in round 1, so after one round it is
+FedAvg to every digit), each picking its best round on the validation loss
+(``eval.select_on: loss``, as every run of the table). A method's lr is the one whose run
+reached the lowest validation loss (summary.json's ``best`` ``val/loss``; the test split
+chooses nothing).
 ``<out>/debian-tune/configs/<stem>.yaml`` is then the method's config with that lr, which the
 table and control parts run (``tuned_configs``), and ``tune.md`` says the grid, the budget
 (runs, rounds, CPU time) and the chosen values.
@@ -29,7 +31,28 @@ TUNE_SEED = 100  # not one of the table's seeds (0, 1, 2)
 # the budget of a grid run: the first round of the table's setting (the table runs 3), the
 # first rung of a successive-halving search, so that the grid costs about what one method's
 # three seeds do on a two-core machine
-TUNE_OVERRIDES = ("rounds=1",)
+TUNE_ROUNDS = 1
+# methods whose personal part first trains after round 0 need more: FedDPA's personal pass
+# starts in round 1 (the official code), and its global adapter trains as FedAvg's does
+# (uniform mean = n-weighted on equal clients), so one round of FedDPA is FedAvg's run
+TUNE_ROUNDS_BY_METHOD = {"feddpa": 2}
+
+
+def method_of(stem: str) -> str:
+    """``lm-feddpa`` -> ``feddpa``: the method of a config's stem."""
+    return stem.split("-", 1)[-1]
+
+
+def tune_rounds(stem: str) -> int:
+    """The rounds of a grid run of the config ``stem``."""
+    return TUNE_ROUNDS_BY_METHOD.get(method_of(stem), TUNE_ROUNDS)
+
+
+def rounds_text(stems: list[str]) -> str:
+    """The grid's budget in rounds: ``1 round`` or ``1 round (lm-feddpa: 2)``."""
+    more = [f"{s}: {tune_rounds(s)}" for s in stems if tune_rounds(s) != TUNE_ROUNDS]
+    plural = "" if TUNE_ROUNDS == 1 else "s"
+    return f"{TUNE_ROUNDS} round{plural}" + (f" ({', '.join(more)})" if more else "")
 
 
 def lr_name(lr: float) -> str:
@@ -39,7 +62,8 @@ def lr_name(lr: float) -> str:
 
 def write_grid(configs: list[Path], folder: Path, grid: tuple[float, ...] = GRID) -> list[Path]:
     """One config per (method, lr) under ``folder``: the method's config as ``base`` with
-    ``client.lr`` and a name of its own (each is a method of its own in the tables)."""
+    ``client.lr``, its ``tune_rounds`` and a name of its own (each is a method of its own in
+    the tables)."""
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,7 +74,8 @@ def write_grid(configs: list[Path], folder: Path, grid: tuple[float, ...] = GRID
             path = folder / f"{config.stem}-lr{lr_name(lr)}.yaml"
             path.write_text(f"# {config.name} at lr {lr:g} (benchmarks/debian_tune.py)\n" + yaml.
                             safe_dump({"base": str(config.resolve()), "name": f"{name}-lr"
-                                       f"{lr_name(lr)}", "client": {"lr": lr}}))  # fmt: skip
+                                       f"{lr_name(lr)}", "client": {"lr": lr},
+                                       "rounds": tune_rounds(config.stem)}))  # fmt: skip
             written.append(path)
     return written
 
@@ -117,5 +142,6 @@ def tune_markdown(chosen: dict[str, dict], budget: str, grid: tuple[float, ...] 
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["GRID", "TUNE_OVERRIDES", "TUNE_SEED", "choose", "tune_markdown", "tuned_configs",
+__all__ = ["GRID", "TUNE_ROUNDS", "TUNE_ROUNDS_BY_METHOD", "TUNE_SEED",
+           "choose", "rounds_text", "tune_markdown", "tune_rounds", "tuned_configs",
            "write_grid", "write_tuned"]  # fmt: skip

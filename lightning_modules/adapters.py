@@ -140,6 +140,9 @@ def checkpoint_activations(model: Any) -> None:
     model.enable_input_require_grads()
 
 
+LAYER_PATTERNS = ("layers", "h", "block", "blocks", "layer")  # peft's common layer names
+
+
 def build_adapter(
     model: nn.Module, lora: LoraSpec, variant: str, hidden_size: int, checkpointing: bool = False
 ) -> tuple[nn.Module, dict[str, nn.Module]]:
@@ -150,9 +153,12 @@ def build_adapter(
     the second, so a variant leaves the first adapter's initial bits as they are."""
     import peft
 
+    # named layers: peft finds a module's layer index without a pattern only below a prefix
+    # ("model.layers.3."), not in a bare decoder's "layers.3." (sequence_classifier's)
+    pattern = list(LAYER_PATTERNS) if lora.layers is not None else None
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                              target_modules=lora.targets, layers_to_transform=lora.layers,
-                             bias="none")  # fmt: skip
+                             layers_pattern=pattern, bias="none")  # fmt: skip
     adapted = peft.get_peft_model(model, config)
     extras: dict[str, nn.Module] = {}
     if variant == "residual":  # FedEx-LoRA's fold, beside the shared frozen weights

@@ -189,9 +189,11 @@ def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path,
     line = command("tune", [0, 1], tmp_path, [], ["fedavg", "ditto"])
     grid = [a for a in line if a.endswith(".yaml")]
     assert len(grid) == 2 * len(GRID) and line[line.index("--seeds") + 1] == str(TUNE_SEED)
-    assert "--reference" not in line and line[-1] == "rounds=1"  # no one reference; its budget
-    cfg = load_config(grid[1], [])
-    assert cfg.client.lr == GRID[1] and cfg.algorithm.name == "ditto"
+    assert "--reference" not in line and not any(a.startswith("rounds=") for a in line)
+    cfg = load_config(grid[1], [])  # its budget: in the config, one round
+    assert cfg.client.lr == GRID[1] and cfg.algorithm.name == "ditto" and cfg.rounds == 1
+    dpa = [a for a in command("tune", [0], tmp_path / "dpa", [], ["feddpa"]) if ".yaml" in a]
+    assert [load_config(c, []).rounds for c in dpa] == [2] * len(GRID)  # its personal pass: r1
     assert cfg.name == f"debian-lm-ditto-lr{lr_name(GRID[1])}"
     runs = tmp_path / "debian-tune" / "runs"
     losses = {"lm-ditto": (4.0, 3.5, 3.9), "lm-fedavg": (4.2, 4.3, math.nan)}
@@ -209,7 +211,7 @@ def test_the_tune_step_picks_each_lr_on_validation_and_feeds_the_table(tmp_path,
     from benchmarks.debian_reference import after_tune
 
     after_tune(tmp_path, ["fedavg", "ditto"], 12.0, 34.0)
-    assert "12 CPU-s" in (tmp_path / "debian-tune" / "tune.md").read_text()
+    assert "for 1 round on seed 100, 12 CPU-s" in (tmp_path / "debian-tune" / "tune.md").read_text()
     capsys.readouterr()
     table = command("table", [0], tmp_path, [], ["fedavg", "ditto", "local"])
     tuned = [a for a in table if a.endswith(".yaml")]

@@ -174,6 +174,23 @@ def test_personal_and_global_beat_the_global_adapter_alone_on_each_clients_text(
     assert min(gaps) > 0.05, gaps  # nats per token on every client (FedAvg: exactly 0)
 
 
+def test_before_its_first_personal_pass_feddpa_is_fedavg_to_the_digit(tiny, tmp_path):
+    """Round 0 trains no personal adapter (the official code), the main pass trains the global
+    adapter alone, and on equal clients the uniform mean is FedAvg's n-weighted one: what is
+    evaluated at rounds 0 (the initial model) and 1 (after one round) equals FedAvg's to every
+    digit, so a one-round lr grid cannot tune FedDPA's personal part (benchmarks/debian_tune.py
+    gives it two rounds); round 2, after the first personal pass, differs."""
+    equal = ("rounds=2", "data.min_samples=8", "data.max_client_samples=8",
+             "eval.validation_ratio=0.25")  # fmt: skip
+    _, dpa = simulate(tiny, config(tiny, tmp_path / "data", *equal))
+    _, avg = simulate(tiny, config(tiny, tmp_path / "data", *equal, "algorithm.name=fedavg"))
+    keys = [k for k in avg.history[0] if k.endswith(("loss", "accuracy", "perplexity"))]
+    assert "loss" in keys and "val/loss" in keys, sorted(avg.history[0])
+    for r in (0, 1):
+        assert [dpa.history[r][k] for k in keys] == [avg.history[r][k] for k in keys], r
+    assert all(dpa.history[2][k] != avg.history[2][k] for k in ("loss", "val/loss"))
+
+
 @pytest.mark.slow
 def test_bytes_resume_ray_and_a_newcomer(tiny, tmp_path, ray_pool):
     """The contract on adapters: only the global adapter travels (bytes by hand), a run

@@ -77,3 +77,16 @@ def test_layers_adapt_only_those_layers_and_are_checked_against_the_model(tiny):
         p.numel() for p in top.parameters() if p.requires_grad)
     with pytest.raises(ConfigError, match=f"model.args.layers.*has {LAYERS} layers"):
         CausalLM(source=tiny, rank=2, layers=[LAYERS])
+
+
+def test_layers_adapt_only_those_layers_of_a_sequence_classifier(tiny):
+    """Its decoder names its layers "layers.3." without a prefix, where peft finds no layer
+    index unless told the pattern: the Debian cls configs (layers 26-29) once failed to build."""
+    from lora_fixtures import LAYERS
+
+    from lightning_modules.sequence_classifier import SequenceClassifier
+
+    top = SequenceClassifier(num_classes=3, source=tiny, rank=2, layers=[LAYERS - 1])
+    adapted = {n.split("layers.")[1].split(".")[0] for n, p in top.named_parameters()
+               if p.requires_grad and "lora_" in n}  # fmt: skip
+    assert adapted == {str(LAYERS - 1)}
