@@ -10,7 +10,8 @@ at ``runs/quickstart``): titled blocks are written as the files they name; each 
 - ``fedsim keys`` / ``--help``: run; ``fedsim tune`` / ``python -m ray_jobs.tune``: the
   config and its search spaces validated; ``python -m ray_jobs.reproduce``: every (config,
   seed) planned and validated (no Ray); ``ray job submit ... -- CMD``: CMD as above;
-- ``make TARGET``: a target of the Makefile; ``pip install``: tests/test_docs_claims.py.
+- ``make TARGET``: a target of the Makefile; ``pip install``: tests/test_docs_claims.py;
+  ``python benchmarks/SCRIPT.py ARGS``: with ``--dry-run`` (its commands printed, none run).
 
 Untitled ``python`` blocks are executed; ``yaml`` blocks are loaded as configs; ``console``
 lines starting with ``$ fedsim`` are run and their output compared with the block's.
@@ -23,6 +24,7 @@ import io
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -105,6 +107,17 @@ def split_env(words: list[str]) -> tuple[list[str], list[str]]:
     return paths, words
 
 
+def dry_run_benchmark(script: str, args: list[str], where: str) -> None:
+    """A benchmark that has ``--dry-run`` (it prints its commands, writes nothing): run so."""
+    path = REPO / script
+    assert path.is_file(), f"{where}: no script {script}"
+    assert "--dry-run" in path.read_text(), f"{where}: {script} has no --dry-run to check it by"
+    dry = args if "--dry-run" in args else [*args, "--dry-run"]
+    done = subprocess.run([sys.executable, str(path), *dry], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, f"{where}: {script} {dry}: {done.stderr[-2000:]}"
+
+
 def check_command(command: str, where: str) -> None:
     """Run ``command`` the cheap way (see the module docstring); assert it succeeds."""
     paths, words = split_env(shlex.split(command, comments=True))
@@ -124,6 +137,9 @@ def check_command(command: str, where: str) -> None:
         return
     elif words[0] == "pip":
         return  # names checked by tests/test_docs_claims.py
+    elif words[0] == "python" and words[1:2] and words[1].startswith("benchmarks/"):
+        dry_run_benchmark(words[1], words[2:], where)
+        return
     else:
         raise AssertionError(f"{where}: teach tests/test_docs_snippets.py to run {command!r}")
     with in_folder(Path.cwd(), paths):
