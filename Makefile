@@ -59,7 +59,8 @@ data:
 demo: setup
 	$(VENV)/bin/fedsim run configs/quickstart.yaml
 
-# Everything (CI). test-fast: the edit loop, without the tests marked slow (real training).
+# Everything (CI). test-fast: the edit loop, without the tests marked slow (real training,
+# and the few-second tests listed in tests/edit_loop.py, measured).
 # ruff and the strict site build go first (a few seconds): a lint error, a broken link or
 # anchor in docs/ fails CI. The tests run in two processes (pytest-xdist; one per core);
 # tests that share an expensive fixture are kept in one process by xdist_group. The 30

@@ -16,7 +16,8 @@ tables against FedAvg and Local) into ``runs/debian-<part>/``:
 - ``table``: configs/debian/lm-*.yaml, next-token prediction in seven languages;
 - ``control``: the same configs on the English clients only (``data.partition.values=[en-*]``),
   where there is no heterogeneity of language and a personal method's gain must vanish;
-- ``cls``: configs/debian/cls-*.yaml, the language as the class with per-client label ids;
+- ``cls``: configs/debian/cls-*.yaml, a paragraph's topic (its chapter) as the class, with
+  label ids permuted per client, so one shared head cannot serve two clients;
 - ``cls-control``: the same with one shared map of label ids (``data.permute_labels=false``).
 
 ``--methods fedavg ditto`` runs only those methods (``lm-<method>.yaml``, ``cls-<method>.yaml``);

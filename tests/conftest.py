@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from edit_loop import SLOW_IN_THE_EDIT_LOOP, base_id
 
 
 def share_the_cores() -> None:
@@ -39,6 +40,7 @@ share_the_cores()  # before torch is imported: it reads OMP_NUM_THREADS once
 import torch  # noqa: E402  every test imports it (fedsim does); here so its thread count can be restored
 
 REPO = Path(__file__).resolve().parents[1]
+COLLECTED = pytest.StashKey[set[str]]()  # every test id collected, before any deselection
 
 
 def shares_module_work(item: pytest.Item) -> bool:
@@ -77,8 +79,10 @@ def suffix_group(item: pytest.Item, group: str) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
-    """One xdist group per module whose tests share module work (module docstring), marked
-    before any other plugin runs; after them all, under ``--dist loadgroup`` (in a worker),
+    """One xdist group per module whose tests share module work (module docstring), and the
+    ``slow`` marker on the tests ``tests/edit_loop.py`` lists, both before any other plugin
+    runs (``-m "not slow"`` deselects after this; every collected id is kept in
+    ``config.stash[COLLECTED]``); after them all, under ``--dist loadgroup`` (in a worker),
     each grouped test's node id carries its group, where xdist's own suffix did not take,
     and the tests marked slow come first (a group's tests keep their order): xdist hands out
     the groups (largest first), then single tests in this order, so the long ones start
@@ -87,6 +91,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None and shares_module_work(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+        if base_id(item.nodeid) in SLOW_IN_THE_EDIT_LOOP:  # before -m "not slow" deselects
+            item.add_marker(pytest.mark.slow)
+    config.stash[COLLECTED] = {base_id(item.nodeid) for item in items}
     result = yield
     if getattr(config.option, "loadgroup", False):  # set in xdist's workers only
         items.sort(key=lambda item: not (item.get_closest_marker("slow") or group_name(item)))
