@@ -64,11 +64,13 @@ demo: setup
 # ruff and the strict site build go first (a few seconds): a lint error, a broken link or
 # anchor in docs/ fails CI. The tests run in two processes (pytest-xdist; one per core);
 # tests that share an expensive fixture are kept in one process by xdist_group. The 30
-# slowest tests are listed at the end, so every CI log shows where the time goes.
+# slowest tests are listed at the end, so every CI log shows where the time goes; a line
+# before the tests gives this machine's speed against the reference (.ci/machine_speed.py).
 PYTEST_PROCS ?= 2
 # The suite's wall time and CPU time (every process it started) are its last line; the
 # targets: 12 minutes and 20 CPU-minutes on the 2-core machine (.ci/timed.py).
 test: setup lint docs-check
+	$(PY) .ci/machine_speed.py
 	$(PY) .ci/timed.py "make test (pytest)" -- \
 	  $(PY) -m pytest -q -n $(PYTEST_PROCS) --dist loadgroup --durations=30
 
