@@ -18,7 +18,8 @@ tables against FedAvg and Local) into ``runs/debian-<part>/``:
   where there is no heterogeneity of language and a personal method's gain must vanish;
 - ``cls``: configs/debian/cls-*.yaml, a paragraph's topic (its chapter) as the class, with
   label ids permuted per client, so one shared head cannot serve two clients;
-- ``cls-control``: the same with one shared map of label ids (``data.permute_labels=false``).
+- ``cls-control``: the same with one shared map of label ids (``data.permute_labels=false``):
+  the label ids no longer differ, the label skew (a client's few topics) remains.
 
 ``--methods fedavg ditto`` runs only those methods (``lm-<method>.yaml``, ``cls-<method>.yaml``);
 ``--max-concurrent 1`` (passed on to reproduce) runs one run at a time. Each part prints the
