@@ -4,9 +4,12 @@ The suite's figures (``make test``'s wall time and CPU-minutes) change with the 
 much as with the tests: two clean-clone runs of the same commit have differed by a third. This
 prints, before the suite runs, the CPU time of what nearly every test process and Ray worker
 does first (import torch and Lightning, in a fresh process) and of what most tests then do
-(SGD steps of a small CNN on 28x28 images, batch 10, one thread), with the figures this
-machine gave when the suite's targets were set, so a CI log says whether a slower run is the
-machine or the suite: ``python .ci/machine_speed.py``.
+(100 SGD steps of a small CNN on 28x28 images, batch 10, one thread; the fastest of three
+passes), each against the figure the two-core CI machine gave, quiet, on 2026-12-07, so a CI
+log says whether a slower run is the machine or the suite: ``python .ci/machine_speed.py``.
+One reading is a sample, not a constant: four identical imports back to back on the idle
+machine took 7.9, 8.6, 10.1 and 9.6 CPU-seconds (no page faults from disk), so a ratio up to
+about 1.4 is this machine's own variation.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import subprocess
 import sys
 import time
 
-REFERENCE = {"import": 6.9, "steps": 1.0}  # quiet two-core machine, 2026-12-07 (see docstring)
-STEPS = 300
+REFERENCE = {"import": 7.0, "steps": 1.0}  # the fastest readings, quiet, 2026-12-07
+STEPS = 100
+WARM_UP = 20
+PASSES = 3
 
 
 def children_cpu() -> float:
@@ -33,7 +38,8 @@ def import_cpu() -> float:
 
 
 def steps_cpu() -> float:
-    """CPU seconds of STEPS SGD steps of a two-conv CNN, batch 10, one torch thread."""
+    """CPU seconds of STEPS SGD steps of a two-conv CNN, batch 10, one torch thread: the
+    fastest of three passes, after a warm-up (the first steps set up the conv kernels)."""
     import torch
     from torch import nn
 
@@ -45,12 +51,17 @@ def steps_cpu() -> float:
     )  # fmt: skip
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 10, (10,))
-    began = time.process_time()
-    for _ in range(STEPS):
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-    return time.process_time() - began
+
+    def steps(count: int) -> float:
+        began = time.process_time()
+        for _ in range(count):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        return time.process_time() - began
+
+    steps(WARM_UP)
+    return min(steps(STEPS) for _ in range(PASSES))
 
 
 def main() -> int:

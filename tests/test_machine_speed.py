@@ -21,7 +21,8 @@ def load_speed():
 
 def test_the_line_gives_each_figure_and_the_slowest_ratio(monkeypatch, capsys):
     speed = load_speed()
-    monkeypatch.setattr(speed, "STEPS", 5)
+    for name, value in (("STEPS", 5), ("WARM_UP", 1), ("PASSES", 1)):
+        monkeypatch.setattr(speed, name, value)
     monkeypatch.setattr(speed, "import_cpu", lambda: 2 * speed.REFERENCE["import"])
     assert speed.main() == 0
     line = capsys.readouterr().out.strip()
