@@ -7,8 +7,9 @@ a pytest plugin (``make test-cpu``), this writes under ``$TEST_CPU_DIR`` (defaul
 
 - ``log_<worker>.jsonl``: each test's start and end time, per test process;
 - ``samples.jsonl``: once a second, from the controller, the CPU seconds of every pytest
-  process (its own and its reaped children's) and of the whole process tree under
-  ``$TEST_CPU_ROOT`` (default: the controller).
+  process (its own and its reaped children's) and of everything the suite runs: the cgroup
+  ``.ci/timed.py`` puts it in (``cpu_group.py``), or without one the live process tree under
+  ``$TEST_CPU_ROOT`` (default: the controller), which loses a Ray worker's CPU when it exits.
 
 ``python .ci/test_cpu.py [DIR]`` then attributes them (``attribute``): each second, a test
 process's own CPU goes to the test it was running, and the rest of the tree's (Ray workers,
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpu_group import CpuGroup
 
 OUT = Path(os.environ.get("TEST_CPU_DIR", ".test-cpu"))
 PERIOD_S = 1.0
@@ -54,9 +56,14 @@ def tree_cpu(root: Any) -> float:
 
 
 def _sample_forever(root_pid: int) -> None:
+    """Once a second: each test process's CPU, and the whole tree's: the cgroup ``timed.py``
+    made where there is one (every process, Ray's workers included, however reaped: they
+    vanish from a walk of the live tree, their CPU with them), else that walk."""
     import psutil
 
     root = psutil.Process(root_pid)
+    group = os.environ.get("FEDSIM_CPU_GROUP")
+    tree = CpuGroup.at(group).seconds if group else lambda: tree_cpu(root)
     with open(OUT / "samples.jsonl", "a") as out:
         while True:
             workers = {}
@@ -67,7 +74,7 @@ def _sample_forever(root_pid: int) -> None:
                 except (ValueError, psutil.Error):
                     pass
             try:
-                out.write(json.dumps({"t": time.time(), "tree": tree_cpu(root), "w": workers}))
+                out.write(json.dumps({"t": time.time(), "tree": tree(), "w": workers}))
                 out.write("\n")
                 out.flush()
             except psutil.Error:

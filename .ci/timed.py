@@ -1,11 +1,14 @@
 """Run a command; then print its wall time and the CPU time of everything it started.
 
 ``python .ci/timed.py LABEL -- COMMAND...`` exits with the command's code and prints, last,
-``LABEL: 11m02s wall, 17.93 CPU-minutes (user 16.41 + system 1.52)``. The CPU time is that of
-every process the command started, however deep: this process is their subreaper (Linux
-``PR_SET_CHILD_SUBREAPER``), so a process orphaned on the way (a Ray worker whose raylet
-went first) is reaped here and counted, not lost to init. Processes still alive 30 s after
-the command ended are named (a test left them running) and not waited for.
+``LABEL: 11m02s wall, 17.93 CPU-minutes (every process it started; ...)``. The CPU time is
+that of every process the command started, however deep and however it ended: the command
+runs in a cgroup of its own (``cpu_group.py``), which the kernel charges for all of them,
+Ray's workers included (their raylet reaps them itself, so ``getrusage`` never sees them).
+The getrusage figure is printed beside it. Where no cgroup can be made, getrusage is all
+there is and the line says so. This process is also the subreaper of what the command
+starts (Linux ``PR_SET_CHILD_SUBREAPER``): processes still alive 30 s after the command ended
+are named (a test left them running) and not waited for.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from cpu_group import CpuGroup
 
 PR_SET_CHILD_SUBREAPER = 36
 LINGER_S = 30.0
@@ -61,16 +66,25 @@ def main(argv: list[str]) -> int:
         return 2
     label, command = argv[0], argv[2:]
     counted_deep = become_subreaper()
+    group = CpuGroup.make("fedsim-timed")
+    env = {**os.environ, "FEDSIM_CPU_GROUP": str(group.folder)} if group else None
     start = time.monotonic()
-    code = subprocess.call(command)
+    code = subprocess.call(command, env=env, preexec_fn=group.join if group else None)
     wall = time.monotonic() - start
     left = reap_orphans(time.monotonic() + LINGER_S) if counted_deep else []
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = usage.ru_utime + usage.ru_stime
+    reaped = usage.ru_utime + usage.ru_stime
     if left:
         print(f"{label}: processes still running after it ended: {left}", flush=True)
-    print(f"{label}: {minutes(wall)} wall, {cpu / 60:.2f} CPU-minutes (user "
-          f"{usage.ru_utime / 60:.2f} + system {usage.ru_stime / 60:.2f})", flush=True)  # fmt: skip
+    if group is None:
+        how = "getrusage, blind to Ray's workers: no cgroup could be made"
+        cpu = reaped
+    else:
+        cpu = group.seconds()
+        group.remove()
+        how = "every process it started, by cgroup; getrusage, blind to Ray's workers: "
+        how += f"{reaped / 60:.2f}"
+    print(f"{label}: {minutes(wall)} wall, {cpu / 60:.2f} CPU-minutes ({how})", flush=True)
     return code
 
 
