@@ -16,6 +16,7 @@ and the caller falls back to getrusage, saying so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -37,8 +38,8 @@ def own_path(controller: str) -> str | None:
 
 
 class CpuGroup:
-    """One cgroup made for a command; ``join()`` (in the child, before exec) puts a process
-    in it, ``seconds()`` is the CPU time of everything that ran in it."""
+    """One cgroup made for a command; ``seconds()`` is the CPU time of everything that ran
+    in it."""
 
     def __init__(self, folder: Path, version: int):
         self.folder, self.version = folder, version
@@ -64,8 +65,9 @@ class CpuGroup:
         folder = Path(folder)
         return cls(folder, 1 if (folder / "cpuacct.usage").exists() else 2)
 
-    def join(self, pid: int = 0) -> None:
-        (self.folder / "cgroup.procs").write_text(str(pid or os.getpid()))
+    def join(self) -> None:
+        """Put this process in the group (a child calls it before exec)."""
+        (self.folder / "cgroup.procs").write_text(str(os.getpid()))
 
     def seconds(self) -> float:
         if self.version == 1:
@@ -76,10 +78,7 @@ class CpuGroup:
                 return int(value) / 1e6
         return 0.0
 
-    def remove(self) -> bool:
-        """Remove the group; False while a process is still in it."""
-        try:
+    def remove(self) -> None:
+        """Remove the group; it stays while a process is still in it (timed.py names those)."""
+        with contextlib.suppress(OSError):
             self.folder.rmdir()
-        except OSError:
-            return False
-        return True
