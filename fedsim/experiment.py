@@ -77,7 +77,7 @@ def check_experiment(cfg: ExperimentConfig) -> str:
     Builds the federation (dataset, partition, splits), the model and the algorithm, and
     checks the runtime settings this machine can check (a CUDA device that is not there).
     """
-    from fedsim.data.datasets import dataset_present
+    from fedsim.data.dataset_files import dataset_present
 
     d = cfg.data
     if d.download and not dataset_present(d.name, d.root):  # --check downloads nothing

@@ -108,12 +108,15 @@ def test_dataset_neither_on_disk_nor_downloadable(tmp_path, capsys, monkeypatch)
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_cli_process_exit_code(tmp_path):
+    """A real process exits 2 with one line; a dataset missing with the download off is
+    found from the file names alone, before torch is imported (a second, not ~8 s)."""
     out = tmp_path / "run"
     proc = subprocess.run(
         [
             sys.executable,
+            "-X",
+            "importtime",  # every module the process imports, on stderr
             "-m",
             "fedsim.cli",
             "run",
@@ -129,8 +132,12 @@ def test_cli_process_exit_code(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2
-    lines = stderr_lines(proc.stderr)
+    imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")]  # fmt: skip
+    assert "fedsim.cli.commands" in imported and "torch" not in imported
+    lines = [line for line in stderr_lines(proc.stderr) if not line.startswith("import time:")]
     assert len(lines) == 1 and "data.name='mnist'" in lines[0]
+    assert "download is disabled" in lines[0]
     assert not out.exists()
 
 

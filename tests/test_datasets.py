@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsim.data import datasets
+from fedsim.data import dataset_files, datasets
 from fedsim.data.datasets import DATASET_NAMES, ImageDataset, load_dataset, read_idx
 from fedsim.errors import ConfigError
 
@@ -119,7 +119,7 @@ def test_mnist_5k() -> None:
 
 
 @pytest.mark.skipif(
-    not (datasets.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file(),
+    not (dataset_files.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file(),
     reason="Debian's fashion-mnist package is not installed",
 )
 def test_mnist_5k_read_fast_holds_mlxtends_own_values() -> None:
@@ -236,7 +236,7 @@ def test_failed_download_is_one_config_error(
         raise RuntimeError("Error downloading file:\nno network")
 
     monkeypatch.setattr(getattr(torchvision.datasets, cls), "download", no_network)
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+    monkeypatch.setattr(dataset_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
     previous_timeout = socket.getdefaulttimeout()
     with pytest.raises(ConfigError) as info:
         load_dataset(name, tmp_path / "root", download=True)

@@ -294,6 +294,7 @@ def test_diverged_run_says_what_it_kept(capsys, tmp_path):
 
 
 def test_missing_dataset_leaves_no_folder(capsys, tmp_path, monkeypatch):
+    import fedsim.data.dataset_files as dataset_files
     import fedsim.data.datasets as datasets
 
     def offline(name, root):
@@ -303,7 +304,7 @@ def test_missing_dataset_leaves_no_folder(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets, "_torchvision_download", offline)
     # Debian's fashion-mnist package (installed here and in CI) would be found instead
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "no-system-copy")
+    monkeypatch.setattr(dataset_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-system-copy")
     data_root = tmp_path / "work" / "data"
     (tmp_path / "work").mkdir()
     argv = ["run", QUICKSTART, "rounds=1", "data.name=fashion-mnist",

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from fedsim.cli.summary import print_summary, summary_table, summary_title
 from fedsim.config import check_given_once, load_config
+from fedsim.data.dataset_files import check_files_without_download
 from fedsim.early_start import start_early
 from fedsim.errors import ConfigError
 from fedsim.pretrained import quiet_progress_bars
@@ -41,6 +42,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.resume:  # before anything starts (the run checks it again), --check too
         run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
         check_out_dir(run_dir, resume=False, overwrite=args.overwrite)
+    # missing files with the download off: one line in a second, not after torch and the model
+    check_files_without_download(cfg.data.name, cfg.data.root, cfg.data.download)
     if args.check:
         from fedsim.experiment import check_experiment
 

@@ -19,6 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsim.data.dataset_files import (
+    cifar_files,
+    dataset_present,
+    expected_files,
+    find_idx_files,
+    idx_dir,
+    not_downloaded,
+    present_idx_files,
+)
 from fedsim.data.dataset_types import Dataset, ImageDataset, NaturalClient
 from fedsim.data.names import (
     DATASET_ALLOWED,
@@ -39,11 +48,9 @@ __all__ = [
     "ImageDataset",
     "NaturalClient",
     "dataset_loader",
+    "dataset_present",
     "load_dataset",
 ]
-
-# Debian's package `fashion-mnist` installs the four .gz idx files here.
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 # Seconds a download may wait on one socket operation; keeps "no network" failures fast.
 DOWNLOAD_SOCKET_TIMEOUT_S = 5.0
@@ -56,17 +63,6 @@ _IDX_DTYPES = {
     0x0D: np.dtype(">f4"),
     0x0E: np.dtype(">f8"),
 }
-
-_IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
-
-_CIFAR10_DIR = "cifar-10-batches-py"
-_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
-_CIFAR100_DIR = "cifar-100-python"
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -154,33 +150,12 @@ def _load_mnist_5k() -> ImageDataset:
 # ---------------------------------------------------------------- MNIST / Fashion-MNIST
 
 
-def _idx_dir(name: str, root: Path) -> Path:
-    return root / ("MNIST" if name == "mnist" else "FashionMNIST") / "raw"
-
-
-def _find_idx_files(folder: Path) -> dict[str, Path] | None:
-    """The four idx files in `folder` (plain preferred, else .gz), or None if any is missing."""
-    found = {}
-    for key, stem in _IDX_FILES.items():
-        for candidate in (folder / stem, folder / f"{stem}.gz"):
-            if candidate.is_file():
-                found[key] = candidate
-                break
-        else:
-            return None
-    return found
-
-
 def _load_idx_dataset(name: str, root: Path, download: bool) -> ImageDataset:
-    folder = _idx_dir(name, root)
-    folders = [folder] + ([DEBIAN_FASHION_MNIST] if name == "fashion-mnist" else [])
-    files = next((f for f in map(_find_idx_files, folders) if f is not None), None)
+    files = present_idx_files(name, root)
     if files is None:
-        expected = f"{folder}/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte[.gz]"
-        if name == "fashion-mnist":
-            expected += f" or the same .gz files in {DEBIAN_FASHION_MNIST}"
+        expected = expected_files(name, root)
         _download_or_fail(name, root, download, expected)
-        files = _find_idx_files(folder)
+        files = find_idx_files(idx_dir(name, root))
         if files is None:
             _fail(name, root, expected, "torchvision finished but the files are still missing")
     images = [read_idx(files["train_images"]), read_idx(files["test_images"])]
@@ -193,15 +168,6 @@ def _load_idx_dataset(name: str, root: Path, download: bool) -> ImageDataset:
 
 
 # ---------------------------------------------------------------- CIFAR
-
-
-def _cifar_files(name: str, root: Path) -> tuple[list[Path], Path, str]:
-    """(train files, test file, label key) in torchvision's layout."""
-    if name == "cifar10":
-        folder = root / _CIFAR10_DIR
-        return [folder / f for f in _CIFAR10_TRAIN], folder / "test_batch", "labels"
-    folder = root / _CIFAR100_DIR
-    return [folder / "train"], folder / "test", "fine_labels"
 
 
 def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -217,13 +183,10 @@ def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarra
 
 
 def _load_cifar(name: str, root: Path, download: bool) -> ImageDataset:
-    train_files, test_file, label_key = _cifar_files(name, root)
+    train_files, test_file, label_key = cifar_files(name, root)
     needed = [*train_files, test_file]
     if not all(p.is_file() for p in needed):
-        if name == "cifar10":
-            expected = f"{root / _CIFAR10_DIR}/{{data_batch_1..5,test_batch}}"
-        else:
-            expected = f"{root / _CIFAR100_DIR}/{{train,test}}"
+        expected = expected_files(name, root)
         _download_or_fail(name, root, download, expected)
         if not all(p.is_file() for p in needed):
             _fail(name, root, expected, "torchvision finished but the files are still missing")
@@ -284,12 +247,7 @@ def _short_reason(error: BaseException, log: str) -> str:
 def _download_or_fail(name: str, root: Path, download: bool, expected: str) -> None:
     """Download with torchvision, or raise a one-line ConfigError saying why not."""
     if not download:
-        raise ConfigError(
-            "data.name",
-            name,
-            f"dataset files not found under data.root={root} (expected {expected}) and "
-            "download is disabled; put the files there or enable data.download",
-        )
+        raise not_downloaded(name, root)
     log = io.StringIO()
     created = next((p for p in reversed((root, *root.parents)) if not p.exists()), None)
     try:
@@ -299,17 +257,3 @@ def _download_or_fail(name: str, root: Path, download: bool, expected: str) -> N
         if created is not None:  # a failed download leaves nothing behind
             shutil.rmtree(created, ignore_errors=True)
         _fail(name, root, expected, _short_reason(error, log.getvalue()))
-
-
-def dataset_present(name: str, root: str | Path) -> bool:
-    """Whether a built-in dataset can be loaded without a download (user loaders: True)."""
-    root = Path(root).expanduser()
-    if name in ("mnist", "fashion-mnist"):
-        folders = [_idx_dir(name, root)] + (
-            [DEBIAN_FASHION_MNIST] if name == "fashion-mnist" else []
-        )
-        return any(_find_idx_files(f) is not None for f in folders)
-    if name in ("cifar10", "cifar100"):
-        train_files, test_file, _ = _cifar_files(name, root)
-        return all(p.is_file() for p in [*train_files, test_file])
-    return True
