@@ -2,8 +2,13 @@
 
 cwFedAvg (output layer class-wise + WDR, estimated r) against FedAvg with the same data,
 rounds, lr and seed; both evaluated the PFLlib way (each client's model on its own test split
-at the start of a round). Measured on this machine (4 rounds, lr 0.05, seed 0): cwFedAvg's
-best acc_weighted ~0.97 against FedAvg's ~0.78.
+at the start of a round). Measured on this machine (3 rounds, lr 0.05), seeds 0 / 1 / 2:
+cwFedAvg's final acc_weighted 0.948 / 0.962 / 0.970 against FedAvg's best 0.701 / 0.729 /
+0.784 (best acc_mean 0.971 / 0.957 / 0.970 against 0.722 / 0.749 / 0.788), better for 20 /
+20 / 19 of the 20 clients; r's correlation with the class proportions 0.993 / 0.997 / 0.997,
+its mass on the client's classes 0.87 / 0.87 / 0.82. With 4 rounds (until 2026-12) seed 0
+gave ~0.97 against ~0.78; FedAvg gains more from a 4th round than cwFedAvg (seed 2: 0.807).
+With 2 rounds the accuracy gaps were wider (25-44 points) but r's mass only 0.65-0.68.
 
 Why lr 0.05 and not the paper's 0.005: mnist-5k gives a client ~187 training samples, i.e.
 ~19 SGD steps per round, so at lr 0.005 the row norms (and with them the estimated r) move
@@ -26,7 +31,7 @@ from fedsim.algorithms.cwfedavg import ROW_NORMS_PNG, mean_row_correlation
 from fedsim.config import load_config
 from fedsim.experiment import run_experiment
 
-ROUNDS = 4
+ROUNDS = 3
 # acc_weighted is over ~1250 test samples: its binomial std is <= 1.5 points, and FedAvg's
 # best over rounds is already its most favourable draw. A 10-point gap is ~7 std.
 MARGIN = 0.10
@@ -61,8 +66,8 @@ def final_client_accuracy(run_dir: Path) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.xdist_group("fedavg_pathological")
 def test_cwfedavg_beats_fedavg_on_pathological_mnist(tmp_path: Path, fedavg_pathological) -> None:
-    """FedAvg's run is the shared one in conftest.py: this config, 5 rounds instead of 4, whose
-    first evaluations (rounds 0-4) are the same bits as a 4-round run's."""
+    """FedAvg's run is the shared one in conftest.py: this config, 5 rounds instead of 3, whose
+    first evaluations (rounds 0-3) are the same bits as a 3-round run's."""
     torch.set_num_threads(1)
     cw = run_experiment(
         config(
@@ -75,6 +80,7 @@ def test_cwfedavg_beats_fedavg_on_pathological_mnist(tmp_path: Path, fedavg_path
         ),
         tmp_path / "cw",
         progress=False,
+        report=False,  # the run's plots (test_report.py); row_norms.png is cwFedAvg's own
     )
     cw_best = cw.summary["best"]
     fedavg_best = {m: fedavg_pathological.best(m, ROUNDS) for m in ("acc_weighted", "acc_mean")}
