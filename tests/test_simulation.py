@@ -69,10 +69,14 @@ def test_same_seed_same_summary(tmp_path, monkeypatch):
     assert (tmp_path / "c" / "summary.json").read_text() != a
 
 
+# cohorts and shares are bookkeeping, not learning: 1,000 digits (~75 to train a client) will do
+SMALL_COHORTS = ("rounds=2", "data.num_clients=10", "data.max_samples=1000", "join_ratio=0.3")
+
+
 @pytest.mark.slow
 def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
     result = run_experiment(
-        quickstart("rounds=2", "data.num_clients=10", "join_ratio=0.3"),
+        quickstart(*SMALL_COHORTS),
         tmp_path / "run",
         progress=False,
         report=False,
@@ -85,7 +89,7 @@ def test_join_ratio_samples_cohort_but_evaluates_everyone(tmp_path):
 @pytest.mark.slow
 def test_each_trained_client_reports_its_share_of_the_aggregate():
     """FedAvg's share is n_i / sum n over the cohort (by hand); untrained clients have none."""
-    sim = Simulation(quickstart("rounds=2", "data.num_clients=10", "join_ratio=0.3"))
+    sim = Simulation(quickstart(*SMALL_COHORTS))
     sink = MemorySink()
     sim.run(LocalExecutor(sim.worker_spec, sim.data), [sink])
     sizes = sim.data.train_sizes()
