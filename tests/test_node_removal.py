@@ -1,15 +1,18 @@
 """A Ray node removed in the middle of a round changes nothing (issue 13's promise).
 
-Two 1-CPU nodes join the test session's cluster (tests/ray_head.py), each with one unit of
-a resource only they have, so the pool's two worker actors land one on each. While round 1
-runs, one node is killed whole (SIGKILL to its raylet, its workers, its ``ray start``): its
-actor dies with it and cannot be replaced (no node with room is left), so its share runs on
-the surviving actor, and the run equals the in-process executor's to the bit (as an
-undisturbed pool does: tests/test_ray_executor.py)."""
+A 1-CPU node joins the test session's cluster (tests/ray_head.py) with one unit of a
+resource only it has: the pool's first worker actor is placed on the head node, the second
+(and any replacement) asks for that resource and lands on the test node. While round 1
+runs, the test node is killed whole (SIGKILL to its raylet, its workers, its ``ray start``):
+its actor dies with it and cannot be replaced (no node has the resource any more), so its
+share runs on the surviving actor, and the run equals the in-process executor's to the bit
+(as an undisturbed pool does: tests/test_ray_executor.py). One test node, not two: each
+node's daemons (``ray start``, raylet, two agents) cost CPU-seconds and prove nothing more."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from typing import Any
@@ -78,18 +81,32 @@ def node_running(pid: int, nodes: list) -> Any:
     raise LookupError(f"worker {pid}: no test node of ours started it")
 
 
-def on_test_nodes(monkeypatch: Any) -> None:
-    """The pool's actors ask for one unit of the test nodes' resource: one actor a node."""
+def on_head_then_test_node(monkeypatch: Any) -> None:
+    """The pool's first actor on the head node (the driver's); every later one (the second
+    and any replacement) asks for one unit of the test node's resource."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from fedsim.runtime.pool_start import StartedPool
     from fedsim.runtime.ray_worker import WorkerActor
 
-    def actor_class(self: StartedPool, runtime_env: dict | None = None) -> Any:
-        return ray.remote(WorkerActor).options(
-            num_cpus=self.plan.cpus_per_worker, num_gpus=0, max_restarts=0,
-            max_task_retries=0, resources={NODE_RESOURCE: 1},
-        )  # fmt: skip
+    head = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    created = itertools.count()
+
+    class Placed:
+        """An actor class whose ``remote()`` places each new actor as described above."""
+
+        def __init__(self, cpus: float) -> None:
+            self.options = dict(num_cpus=cpus, num_gpus=0, max_restarts=0, max_task_retries=0)
+
+        def remote(self) -> Any:
+            where: dict[str, Any] = {"scheduling_strategy": head}
+            if next(created) > 0:
+                where = {"resources": {NODE_RESOURCE: 1}}
+            return ray.remote(WorkerActor).options(**self.options, **where).remote()
+
+    def actor_class(self: StartedPool, runtime_env: dict | None = None) -> Placed:
+        return Placed(self.plan.cpus_per_worker)
 
     monkeypatch.setattr(StartedPool, "actor_class", actor_class)
 
@@ -105,13 +122,15 @@ def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_pa
                                   sim.worker_spec, sim.data))  # fmt: skip
 
     address = ray_cluster.get_runtime_context().gcs_address
-    nodes = start_nodes(ray_cluster, address, 2, tmp_path)
+    nodes = start_nodes(ray_cluster, address, 1, tmp_path)
     try:
-        on_test_nodes(monkeypatch)
+        on_head_then_test_node(monkeypatch)
         pool = RayExecutor(cfg.runtime, sim.worker_spec, sim.data, replace_timeout_s=2.0)
         pids = [info["pid"] for info in pool.worker_info]
-        doomed = node_running(pids[1], nodes)
-        assert node_running(pids[0], nodes) is not doomed, "both workers on one node"
+        [doomed] = nodes
+        assert node_running(pids[1], nodes) is doomed
+        with pytest.raises(LookupError):  # the first worker runs on the head node
+            node_running(pids[0], nodes)
         events: dict[str, float] = {}
         run_round = pool.run_round
 
