@@ -204,15 +204,20 @@ def ray_pool(session_pool_holder: dict[str, Any]) -> dict[str, Any]:
     (``helpers.run_local_and_ray(cfg, held)``). Started once per test process (each start
     costs ~7 s of CPU: every actor imports torch and Lightning) and handed from module to
     module; a run that loses them (a failure closes its executor) leaves the holder empty
-    and the next module starts new ones. They hold ``SESSION_POOL_CPUS`` of the cluster's
-    CPUs for the whole session; the cluster has that many more than the 2 the tests'
-    own pools and drivers count on."""
+    and the next module starts new ones; a pool handed back short of a worker (a test
+    that killed one: tests/test_ray_resilience.py) gets its missing actor here. They hold
+    ``SESSION_POOL_CPUS`` of the cluster's CPUs for the whole session; the cluster has that
+    many more than the 2 the tests' own pools and drivers count on."""
     from fedsim.config import RuntimeConfig
     from fedsim.runtime.pool_start import start_pool
 
     if "pool" not in session_pool_holder:
         runtime = RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5)
         session_pool_holder["pool"] = start_pool(runtime)
+    pool = session_pool_holder["pool"]
+    if len(pool.actors) < pool.plan.workers:
+        actor_class = pool.actor_class(pool.runtime_env or None)
+        pool.actors += [actor_class.remote() for _ in range(pool.plan.workers - len(pool.actors))]
     return session_pool_holder
 
 
