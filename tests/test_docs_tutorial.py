@@ -3,10 +3,12 @@
 The page is run as one bash script (``docs_snippets.page_script``) in an empty folder: its
 files are written, its commands run. Only the size changes: every ``fedsim run`` and
 ``ray_jobs`` command gets 2 rounds, 4 clients and a 600-image subset of the page's 5,000
-digits. ``ray_jobs.reproduce`` joins the test session's Ray cluster (``RAY_ADDRESS``), as a
-job joins a real one, so no extra cluster starts. Then: the 3-seed table has both methods,
-each run's W&B offline record holds per-client accuracy, and the globs the page hands to
-``wandb sync`` and the notebook find the runs.
+digits, and ``ray_jobs.reproduce`` gets ``--max-concurrent 1``: its six runs take turns in
+one Ray task worker (each worker started costs ~10 CPU-s of torch and Lightning imports; as
+many runs at once as fit started five). It joins the test session's Ray cluster
+(``RAY_ADDRESS``), as a job joins a real one, so no extra cluster starts. Then: the 3-seed
+table has both methods, each run's W&B offline record holds per-client accuracy, and the
+globs the page hands to ``wandb sync`` and the notebook find the runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_snippets import REPO, blocks, page_script
+from docs_snippets import REPO, blocks, commands, page_script
 
 from fedsim.tracking.wandb_offline import read_offline_run
 
@@ -29,10 +31,22 @@ SMALL = {"rounds": "2", "data.num_clients": "4", "data.max_samples": "600"}
 KEEP_PATH = {'export PYTHONPATH="$PWD"': 'export PYTHONPATH="$PWD:$PYTHONPATH"'}
 
 
+def one_run_at_a_time() -> dict[str, str]:
+    """The page's ``ray_jobs.reproduce`` command, with ``--max-concurrent 1``."""
+    return {
+        command: f"{command} --max-concurrent 1"
+        for block in blocks(PAGE)
+        if block.language == "bash"
+        for command in commands(block.text)
+        if "ray_jobs.reproduce" in command
+    }
+
+
 @pytest.mark.slow
 def test_the_tutorial_runs_as_written(ray_address, tmp_path):
-    script = page_script(PAGE, SMALL, KEEP_PATH)
+    script = page_script(PAGE, SMALL, {**KEEP_PATH, **one_run_at_a_time()})
     assert script.count("ray_jobs.reproduce") == 2  # echoed, then run
+    assert script.count("--max-concurrent 1") == 2
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
