@@ -29,6 +29,10 @@ START_TIMEOUT_S = 120.0  # a guard against a hang on a busy machine, never a tim
 # a node that is gone is declared dead after ~5 s, not Ray's default ~15 s (a 3 s check, 5
 # misses): tests/test_node_removal.py tests what fedsim does then, not the wait
 HEALTH_CHECK = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+# Ray's raylet starts one idle Python worker per CPU when the first driver registers (6 in
+# `make test`), whether any task comes or not; the session's actors and tasks start their
+# own workers as they need them (each ~0.7 CPU-s of `import ray` before any work)
+NO_PRESTART = {"RAY_prestart_worker_first_driver": "0"}
 
 
 def free_port() -> int:
@@ -53,7 +57,7 @@ def start_head(folder: Path, owner_pid: int, num_cpus: int, env: dict[str, str])
     log = open(folder / "ray-head.log", "w")  # noqa: SIM115 - the head's own output
     watchdog = subprocess.Popen(
         [sys.executable, __file__, str(owner_pid), *args],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**NO_PRESTART, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
