@@ -2,7 +2,7 @@
 
 A 1-CPU node joins the test session's cluster (tests/ray_head.py) with one unit of a
 resource only it has: the pool's first worker actor is placed on the head node, the second
-(and any replacement) asks for that resource and lands on the test node. While round 1
+(and any replacement) asks for that resource and lands on the test node. While round 0
 runs, the test node is killed whole (SIGKILL to its raylet, its workers, its ``ray start``):
 its actor dies with it and cannot be replaced (no node has the resource any more), so its
 share runs on the surviving actor, and the run equals the in-process executor's to the bit
@@ -28,7 +28,7 @@ from fedsim.runtime.factory import make_executor
 from fedsim.simulation import Simulation
 
 NODE_RESOURCE = "fedsim_removal_test_node"
-DOOMED_ROUND = 1
+DOOMED_ROUND = 0
 JOIN_TIMEOUT_S = 240.0  # a guard against a hang, never a timing claim
 
 
@@ -40,7 +40,7 @@ def config() -> Any:
             "data.max_samples=2500",  # 4 clients a worker x ~24 steps x 2 epochs: >1 s a round
             "data.num_clients=8",
             "data.partition.alpha=0.5",
-            "rounds=2",  # round 1 loses a node; the final evaluation runs on the survivor
+            "rounds=1",  # round 0 loses a node; the final evaluation runs on the survivor
             "client.lr=0.05",
             "client.epochs=2",
             "runtime.executor=ray",
@@ -161,7 +161,7 @@ def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_pa
 
     assert events["round_began"] < events["removed"] < events["round_ended"], events
     assert live.count(False) == 1, live  # the doomed node's actor, not replaced
-    assert len(disturbed.history) == 3  # 2 rounds + the final evaluation
+    assert len(disturbed.history) == 2  # 1 round + the final evaluation
     assert disturbed.summary == local.summary  # to the bit
     assert untimed(disturbed.history) == untimed(local.history)
     assert torch.equal(disturbed.state["params"], local.state["params"])
