@@ -1,8 +1,9 @@
 """A Ray node removed in the middle of a round changes nothing (issue 13's promise).
 
 A 1-CPU node joins the test session's cluster (tests/ray_head.py) with one unit of a
-resource only it has: the pool's first worker actor is placed on the head node, the second
-(and any replacement) asks for that resource and lands on the test node. While round 0
+resource only it has: the pool's first worker is one of the actors the session lends
+(``ray_pool``, on the head node), the second (and any replacement) a new actor that asks
+for that resource and lands on the test node. While round 0
 runs, the test node is killed whole (SIGKILL to its raylet, its workers, its ``ray start``):
 its actor dies with it and cannot be replaced (no node has the resource any more), so its
 share runs on the surviving actor, and the run equals the in-process executor's to the bit
@@ -12,7 +13,6 @@ node's daemons (``ray start``, raylet, two agents) cost CPU-seconds and prove no
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 import time
 from typing import Any
@@ -81,38 +81,30 @@ def node_running(pid: int, nodes: list) -> Any:
     raise LookupError(f"worker {pid}: no test node of ours started it")
 
 
-def on_head_then_test_node(monkeypatch: Any) -> None:
-    """The pool's first actor on the head node (the driver's); every later one (the second
-    and any replacement) asks for one unit of the test node's resource."""
+def pool_on_head_and_test_node(monkeypatch: Any, lent: Any) -> Any:
+    """Two workers: one of the actors the session lends (``ray_pool``; they run on the head
+    node, so no start is paid for it) and a new 1-CPU actor that asks for one unit of the
+    test node's resource, as any replacement will."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from fedsim.runtime.pool_plan import PoolPlan
     from fedsim.runtime.pool_start import StartedPool
     from fedsim.runtime.ray_worker import WorkerActor
 
-    head = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    created = itertools.count()
-
-    class Placed:
-        """An actor class whose ``remote()`` places each new actor as described above."""
-
-        def __init__(self, cpus: float) -> None:
-            self.options = dict(num_cpus=cpus, num_gpus=0, max_restarts=0, max_task_retries=0)
-
-        def remote(self) -> Any:
-            where: dict[str, Any] = {"scheduling_strategy": head}
-            if next(created) > 0:
-                where = {"resources": {NODE_RESOURCE: 1}}
-            return ray.remote(WorkerActor).options(**self.options, **where).remote()
-
-    def actor_class(self: StartedPool, runtime_env: dict | None = None) -> Placed:
-        return Placed(self.plan.cpus_per_worker)
+    def actor_class(self: StartedPool, runtime_env: dict | None = None) -> Any:
+        return ray.remote(WorkerActor).options(
+            num_cpus=1, num_gpus=0, max_restarts=0, max_task_retries=0,
+            resources={NODE_RESOURCE: 1},
+        )  # fmt: skip
 
     monkeypatch.setattr(StartedPool, "actor_class", actor_class)
+    plan = PoolPlan(workers=2, cpus_per_worker=1.0, gpus_per_worker=0.0)
+    actors = [lent.actors.pop(0), actor_class(lent).remote()]
+    return StartedPool(plan=plan, actors=actors, owns_ray=False)
 
 
 @pytest.mark.slow
-def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_path):
+def test_node_removed_mid_round_changes_nothing(ray_cluster, ray_pool, monkeypatch, tmp_path):
     from fedsim.runtime.ray_executor import RayExecutor
 
     cfg = config()
@@ -124,8 +116,11 @@ def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_pa
     address = ray_cluster.get_runtime_context().gcs_address
     nodes = start_nodes(ray_cluster, address, 1, tmp_path)
     try:
-        on_head_then_test_node(monkeypatch)
-        pool = RayExecutor(cfg.runtime, sim.worker_spec, sim.data, replace_timeout_s=2.0)
+        lent = ray_pool["pool"]
+        started = pool_on_head_and_test_node(monkeypatch, lent)
+        pool = RayExecutor(
+            cfg.runtime, sim.worker_spec, sim.data, pool=started, replace_timeout_s=2.0
+        )
         pids = [info["pid"] for info in pool.worker_info]
         [doomed] = nodes
         assert node_running(pids[1], nodes) is doomed
@@ -153,8 +148,11 @@ def test_node_removed_mid_round_changes_nothing(ray_cluster, monkeypatch, tmp_pa
         try:
             disturbed = sim.run(pool)
             live = [actor is not None for actor in pool._actors]
+            if live[0]:  # the lent actor goes back to the session (ray_pool)
+                lent.actors.insert(0, pool._actors[0])
+                pool._actors[0] = None
         finally:
-            pool.close()
+            pool.close()  # a lent actor not given back: ray_pool starts one in its place
     finally:
         for node in nodes:
             kill_node(node)
