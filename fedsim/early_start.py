@@ -56,7 +56,15 @@ def start_early(cfg: ExperimentConfig, *, resume: bool = False) -> EarlyStart:
         return EarlyStart(simulation, choice)
     if choice.auto:
         print(choice.line(), file=sys.stderr)
-    from fedsim.runtime.pool_start import create_pool, start_ray
+    from fedsim.runtime.pool_start import create_pool, start_ray, stop_ray
+    from fedsim.runtime.shipping import plugin_runtime_env
 
     began = time.time()  # start_ray / create_pool stop what they started when they fail
-    return EarlyStart(simulation, choice, create_pool(runtime, start_ray(runtime), began))
+    owns_ray = start_ray(runtime)
+    try:  # the user's modules, shipped with the actors from their start (not a restart)
+        runtime_env = plugin_runtime_env(simulation.worker_spec, simulation.data)
+    except BaseException:
+        if owns_ray:
+            stop_ray()
+        raise
+    return EarlyStart(simulation, choice, create_pool(runtime, owns_ray, began, runtime_env))

@@ -175,14 +175,24 @@ def test_plugins_train_real_digits_in_process():
 
 @pytest.mark.slow
 def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
-    """The workers import the package from what the executor uploaded (not from sys.path:
-    the session's Ray was started before examples/ was on this process's path)."""
+    """The workers import the package from what was uploaded (not from sys.path: the
+    session's Ray was started before examples/ was on this process's path). ``fedsim run``'s
+    early start creates the actors with the user's modules, so the run keeps the actors it
+    started (no second start: each costs ~10 CPU-s of imports)."""
+    from fedsim.early_start import start_early
+
     cfg = load_config("configs/quickstart.yaml", [*PLUGINS, *SMALL])
     ray_cfg = dataclasses.replace(
         cfg, runtime=dataclasses.replace(cfg.runtime, executor="ray", workers=1)
     )
-    _, pool, pooled = run(ray_cfg)
-    assert [m.startswith("gcs://") for m in pool.runtime_env["py_modules"]] == [True]
+    early = start_early(ray_cfg)
+    assert early.pool is not None
+    started = [actor._actor_id for actor in early.pool.actors]
+    sim = early.simulation
+    with make_executor(ray_cfg.runtime, sim.worker_spec, sim.data, pool=early.pool) as pool:
+        assert [m.startswith("gcs://") for m in pool.runtime_env["py_modules"]] == [True]
+        assert [actor._actor_id for actor in pool._actors] == started
+        pooled = sim.run(pool)
     _, _, local = run(cfg)
     assert untimed(pooled.history) == untimed(local.history)
     assert torch.equal(pooled.state["params"], local.state["params"])

@@ -101,18 +101,25 @@ def stop_ray() -> None:
     ray.shutdown()
 
 
-def create_pool(runtime: RuntimeConfig, owns_ray: bool, began: float) -> StartedPool:
+def create_pool(
+    runtime: RuntimeConfig,
+    owns_ray: bool,
+    began: float,
+    runtime_env: dict[str, Any] | None = None,
+) -> StartedPool:
     """Plan the pool on the joined cluster and create its actors (they start importing now).
 
     ``owns_ray``: Ray was started for this pool (shut down on failure and on ``close``);
-    ``began``: ``time.time()`` when Ray's start began (the timeline's first step).
+    ``began``: ``time.time()`` when Ray's start began (the timeline's first step);
+    ``runtime_env``: the user's shipped modules (``plugin_runtime_env``), so the executor
+    keeps these actors rather than starting them again with it.
     """
     joined = time.time()
     try:
         resources = ray.cluster_resources()
         plan = plan_pool(runtime, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
-        pool = StartedPool(plan=plan, actors=[], owns_ray=owns_ray)
-        actor_class = pool.actor_class()
+        pool = StartedPool(plan=plan, actors=[], owns_ray=owns_ray, runtime_env=runtime_env or {})
+        actor_class = pool.actor_class(pool.runtime_env)
         pool.actors = [actor_class.remote() for _ in range(plan.workers)]
     except BaseException:
         if owns_ray:
