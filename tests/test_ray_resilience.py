@@ -271,13 +271,11 @@ def test_worker_that_cannot_be_replaced_leaves_its_share_to_the_survivors(ray_po
 def hand_back_survivors(executor: Any, held: dict[str, Any]) -> None:
     """Close ``executor`` (made from the pool ``ray_pool`` lent) and put its live actors back
     in ``held`` as the pool, for the next module (``ray_pool`` replaces the dead ones)."""
-    pool, executor._pool = executor._pool, None
-    if pool is not None:
-        pool.actors = [actor for actor in executor._actors if actor is not None]
-        executor._actors = []
+    try:
+        held["pool"] = executor.detach_pool(short=True)
+    except RuntimeError:  # closed, or no worker left
+        pass
     executor.close()
-    if pool is not None and pool.actors:
-        held["pool"] = pool
 
 
 def gone(pid: int, wait_s: float = 30.0) -> bool:

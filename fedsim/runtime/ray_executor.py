@@ -120,14 +120,16 @@ class RayExecutor(Executor):
         self._setup(actor)
         return actor
 
-    def detach_pool(self) -> StartedPool:
+    def detach_pool(self, *, short: bool = False) -> StartedPool:
         """Hand the live actors back as a pool for another run (a sweep of short runs pays
         the actors' start once; each run gives them its own spec and data). This executor
-        is closed afterwards; the pool's ``close`` kills the actors."""
-        if self._pool is None or not self._actors or None in self._actors:
+        is closed afterwards; the pool's ``close`` kills the actors. ``short``: a pool that
+        lost workers is handed back too, with its survivors (whoever takes it adds the rest)."""
+        alive = [actor for actor in self._actors if actor is not None]
+        if self._pool is None or not alive or (len(alive) < len(self._actors) and not short):
             raise RuntimeError("no whole pool to hand back (closed, or a worker is gone)")
         pool, self._pool = self._pool, None
-        pool.actors, self._actors = self._actors, []
+        pool.actors, self._actors = alive, []
         self._data_ref = None
         return pool
 
