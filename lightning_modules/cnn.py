@@ -1,17 +1,49 @@
 """FedAvgCNN with PFLlib's exact shapes (gray 28x28: dim 1024; colour 32x32: dim 1600), and
-its BatchNorm variant (FedBN's model: BatchNorm after each convolution)."""
+its BatchNorm variant (FedBN's model: BatchNorm after each convolution).
+
+Both take their widths as options, PFLlib's by default: ``model.args.channels`` (the two
+convolutions' filters, ``[32, 64]``) and ``model.hidden`` (the one hidden fully connected
+layer, ``[512]``). A narrower net, e.g. ``[16, 32]`` and ``[128]`` (80 k parameters instead
+of 582 k), trains ~2.7x faster on a CPU: quick experiments, tests."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedsim.errors import ConfigError
 from lightning_modules.base import FLModule
+
+CHANNELS = (32, 64)  # PFLlib's filters per convolution
+HIDDEN = (512,)  # PFLlib's hidden fully connected layer
+
+
+def checked_widths(channels: Sequence[int], hidden: Sequence[int]) -> tuple[int, int, int]:
+    """(conv1 filters, conv2 filters, hidden units); ConfigError naming the key otherwise."""
+
+    def sizes(value: Sequence[int], n: int) -> bool:
+        return (
+            isinstance(value, Sequence) and len(value) == n
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        )  # fmt: skip
+
+    if not sizes(channels, 2):
+        raise ConfigError("model.args.channels", list(channels) if isinstance(
+            channels, Sequence) else channels, "two integers >= 1: the filters of the two "
+            "convolutions (default [32, 64])")  # fmt: skip
+    if not sizes(hidden, 1):
+        raise ConfigError("model.hidden", list(hidden) if isinstance(hidden, Sequence) else
+                          hidden, "one integer >= 1 in a list: the hidden fully connected "
+                          "layer's size (default [512])")  # fmt: skip
+    return channels[0], channels[1], hidden[0]
 
 
 class FedAvgCNN(FLModule):
-    """Conv5-32 -> pool -> Conv5-64 -> pool -> FC512 -> FC(K), as PFLlib's ``FedAvgCNN``."""
+    """Conv5-32 -> pool -> Conv5-64 -> pool -> FC512 -> FC(K), as PFLlib's ``FedAvgCNN``
+    (the widths by default; ``channels`` and ``hidden`` set them)."""
 
     block_names = ("conv1", "conv2", "fc1", "fc")
 
@@ -23,21 +55,23 @@ class FedAvgCNN(FLModule):
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
+        channels: Sequence[int] = CHANNELS,
+        hidden: Sequence[int] = HIDDEN,
     ):
         super().__init__(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        c1, c2, units = checked_widths(channels, hidden)
         side = ((image_size - 4) // 2 - 4) // 2
-        dim = 64 * side * side
         self.conv1 = nn.Sequential(
-            nn.Conv2d(in_channels, 32, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+            nn.Conv2d(in_channels, c1, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
         )
         self.conv2 = nn.Sequential(
-            nn.Conv2d(32, 64, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+            nn.Conv2d(c1, c2, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2)
         )
-        self.fc1 = nn.Sequential(nn.Linear(dim, 512), nn.ReLU(inplace=True))
-        self.fc = nn.Linear(512, num_classes)
+        self.fc1 = nn.Sequential(nn.Linear(c2 * side * side, units), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(units, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The 512-d representation the output layer reads (MOON, FedRoD)."""
+        """The representation the output layer reads (512-d by default; MOON, FedRoD)."""
         return self.fc1(torch.flatten(self.conv2(self.conv1(x)), 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -60,18 +94,21 @@ class FedAvgCNNBN(FLModule):
         lr: float = 0.005,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
+        channels: Sequence[int] = CHANNELS,
+        hidden: Sequence[int] = HIDDEN,
     ):
         super().__init__(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        c1, c2, units = checked_widths(channels, hidden)
         side = ((image_size - 4) // 2 - 4) // 2
-        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5)
-        self.bn1 = nn.BatchNorm2d(32)
-        self.conv2 = nn.Conv2d(32, 64, kernel_size=5)
-        self.bn2 = nn.BatchNorm2d(64)
-        self.fc1 = nn.Linear(64 * side * side, 512)
-        self.fc = nn.Linear(512, num_classes)
+        self.conv1 = nn.Conv2d(in_channels, c1, kernel_size=5)
+        self.bn1 = nn.BatchNorm2d(c1)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size=5)
+        self.bn2 = nn.BatchNorm2d(c2)
+        self.fc1 = nn.Linear(c2 * side * side, units)
+        self.fc = nn.Linear(units, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The 512-d representation the output layer reads."""
+        """The representation the output layer reads (512-d by default)."""
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
         x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
         return F.relu(self.fc1(torch.flatten(x, 1)))

@@ -41,7 +41,9 @@ class ModelConfig:
     name: str = checked(  # the network: a built-in (fedsim keys lists them) or module:Class
         "fedavg_cnn", _model_resolves, "a built-in name or module:Class"
     )
-    hidden: list[int] | None = checked(  # hidden layer sizes (mlp: [200, 200]); null: the model's
+    # hidden layer sizes (mlp: [200, 200]; fedavg_cnn, fedavg_cnn_bn: one, [512]); null: the
+    # model's default
+    hidden: list[int] | None = checked(
         None,
         lambda v: (
             v is None
