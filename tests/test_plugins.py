@@ -193,9 +193,17 @@ def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
         assert [m.startswith("gcs://") for m in pool.runtime_env["py_modules"]] == [True]
         assert [actor._actor_id for actor in pool._actors] == started
         pooled = sim.run(pool)
+        kept = pool.detach_pool()
     _, _, local = run(cfg)
     assert untimed(pooled.history) == untimed(local.history)
     assert torch.equal(pooled.state["params"], local.state["params"])
+    # a run of fedsim's own code takes actors that carry the user's modules as they are
+    plain_cfg = load_config("configs/quickstart.yaml", ["model.name=mlp", "model.hidden=[8]",
+                                                        *SMALL])  # fmt: skip
+    plain = Simulation(plain_cfg)
+    with make_executor(ray_cfg.runtime, plain.worker_spec, plain.data, pool=kept) as pool:
+        assert [actor._actor_id for actor in pool._actors] == started
+        assert [h["num_trained"] for h in plain.run(pool).history] == [6, 6, 0]
 
 
 def made_class(module: str, name: str, params: object = None, base: type | None = None) -> type:

@@ -74,13 +74,17 @@ class RayExecutor(Executor):
             self._test_sizes = data.test_sizes(newcomers=True)
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
             self._spec_ref = ray.put(self._spec)
-            self.runtime_env = plugin_runtime_env(spec, data)
-            self._actor_class = self._pool.actor_class(self.runtime_env)
-            if self.runtime_env != self._pool.runtime_env:  # without the user's modules
+            needed = plugin_runtime_env(spec, data)
+            # actors without this run's user modules start again with them; a run of
+            # fedsim's own code keeps actors that carry some (nothing there imports them)
+            if needed and needed != self._pool.runtime_env:
                 for actor in self._pool.actors:
                     kill_actor(actor)
-                self._pool.actors = [self._actor_class.remote() for _ in range(self.num_workers)]
-                self._pool.runtime_env = self.runtime_env
+                self._pool.runtime_env = needed
+                actor_class = self._pool.actor_class(needed)
+                self._pool.actors = [actor_class.remote() for _ in range(self.num_workers)]
+            self.runtime_env = self._pool.runtime_env  # replacements start as the pool did
+            self._actor_class = self._pool.actor_class(self.runtime_env)
             self._actors, self._pool.actors = self._pool.actors, []
             for actor in self._actors:
                 self._setup(actor)
