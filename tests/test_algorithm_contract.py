@@ -1,7 +1,8 @@
 """The algorithm contract, for every algorithm in the registry (a new file is covered as is).
 
 Each runs on a tiny real federation (mnist-5k, a fixed random 320 of its images, 4 Dirichlet
-clients, 3 of them a round) on the local executor, with every state forced to disk: the
+clients, 3 of them a round; the narrow FedAvgCNN: a contract, not the net's size) on the
+local executor, with every state forced to disk: the
 driver's client states (``runtime.state_memory_gb=0``) and any server-side store of the
 algorithm's own (every ``algorithm.*memory_gb`` key set to 0). Checked:
 
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import assert_same, newcomers_unevaluated, untimed
+from helpers import NARROW_CNN, assert_same, newcomers_unevaluated, untimed
 from lora_fixtures import ADAPTER_ONLY
 
 from fedsim.algorithm_params import example
@@ -58,6 +59,7 @@ BASE = [
     "runtime.device=cpu",
     "runtime.state_memory_gb=0",
     "checkpoint_every=1",
+    *NARROW_CNN,
 ]
 # fedsim's own algorithms (tests may register test-only ones in the same session), but those
 # that need a LoRA adapter (their contract is on the tiny Llama: test_lora_methods_b_runs.py)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import untimed
+from helpers import NARROW_CNN, untimed
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
@@ -24,6 +24,7 @@ BASE = [
     "join_ratio=0.5",
     "runtime.executor=local",
     "checkpoint_every=2",
+    *NARROW_CNN,  # the narrow FedAvgCNN: what is saved and restored, not the network's size
 ]
 
 
@@ -90,6 +91,7 @@ def test_report_redraws_the_row_norm_figure_from_the_final_checkpoint(
             "data.max_samples=1500",
             "runtime.executor=local",
             "checkpoint_every=1",
+            *NARROW_CNN,
         ],
     )
     run_dir = tmp_path / "cw"

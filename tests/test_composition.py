@@ -2,7 +2,8 @@
 table runs (and shows the feature acting) or is refused in one line naming both keys.
 
 ``TABLE`` is the table; ``test_the_docs_show_this_table`` keeps the docs equal to it. Runs
-are tiny (600 digits, 6 clients, 2 rounds) on the local executor unless the cell is Ray.
+are tiny (600 digits, 6 clients, 2 rounds, the narrow FedAvgCNN: the cells are mechanics, not
+the network's size) on the local executor unless the cell is Ray.
 An asynchronous run stopped by a real SIGINT mid-run and resumed equals the uninterrupted
 run to the bit.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MNIST, refused_check, run_local_and_ray, untimed
+from helpers import NARROW_CNN, TINY_MNIST, refused_check, run_local_and_ray, untimed
 from test_algorithm_contract import CHEAPER
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
@@ -28,7 +29,7 @@ from fedsim.experiment import RunInterrupted, run_experiment
 from fedsim.tracking.base import Sink
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = [*TINY_MNIST[:1], "rounds=2", *TINY_MNIST[1:]]
+BASE = [*TINY_MNIST[:1], "rounds=2", *TINY_MNIST[1:], *NARROW_CNN]
 KINDS = {
     "sync": [],
     "async": [

@@ -15,13 +15,15 @@ import itertools
 from pathlib import Path
 
 import pytest
-from helpers import invoke_cli, stderr_lines
+from helpers import NARROW_CNN, invoke_cli, stderr_lines
 from lora_fixtures import ADAPTER_ONLY
 
 from fedsim.algorithm_params import BUILTIN_NAMES, example
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = ["runtime.executor=local", "data.num_clients=8", "data.max_samples=400", "rounds=1"]
+# the narrow FedAvgCNN (FedBN's too): --check builds the model, a third of a check's time
+BASE = ["runtime.executor=local", "data.num_clients=8", "data.max_samples=400", "rounds=1",
+        *NARROW_CNN]  # fmt: skip
 
 FEATURES: dict[str, list[str]] = {
     "async": ["asynchronous.enabled=true", "asynchronous.buffer_size=4"],

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from helpers import untimed
+from helpers import NARROW_CNN, untimed
 
 from fedsim.config import config_from_dict, load_config
 from fedsim.errors import ConfigError
@@ -26,7 +26,7 @@ from fedsim.simulation import Simulation
 SMALL = [
     "data.name=mnist-5k", "data.max_samples=600", "data.num_clients=4", "join_ratio=1",
     "rounds=3", "runtime.executor=local", "runtime.device=cpu", "client.lr=0.05",
-    "algorithm.name=fedprox",
+    "algorithm.name=fedprox", *NARROW_CNN,  # the narrow FedAvgCNN: values, not the net
 ]  # fmt: skip
 DECAYING_MU = "algorithm.mu={schedule: exponential, initial: 0.1, decay: 0.5}"
 WARMED_SERVER_LR = "algorithm.server_lr={schedule: warmup, initial: 1.0, rounds: 2, start: 0.5}"

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import quickstart
+from helpers import NARROW_CNN, quickstart
 
 from fedsim.algorithms.server_optimizer import ServerOptimizer
 from fedsim.errors import ConfigError
@@ -73,7 +73,8 @@ def test_sgd_default_is_the_mean_itself():
 )
 def test_adam_composes_with_the_family(overrides, tmp_path):
     torch.set_num_threads(1)
-    tiny = ["rounds=2", "data.num_clients=4", "data.max_samples=400", "client.lr=0.05"]
+    tiny = ["rounds=2", "data.num_clients=4", "data.max_samples=400", "client.lr=0.05",
+            *NARROW_CNN]  # fmt: skip
     lr = "algorithm.global_lr=0.01" if "scaffold" in overrides[0] else "algorithm.server_lr=0.01"
     adam = run_experiment(
         quickstart(*tiny, *overrides, "algorithm.server_optimizer=adam", lr), tmp_path / "a",
