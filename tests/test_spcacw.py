@@ -2,7 +2,8 @@
 equalities of whole runs (Ray pool == local executor; targets side by side == each alone).
 
 Unit tests need no data; the run tests use a tiny mnist-5k federation (400 digits, 4
-relabelled clients in 2 clusters, 2 rounds), seconds each.
+relabelled clients in 2 clusters, 2 rounds) and the narrow FedAvgCNN (their claims are
+equalities, not accuracies), seconds each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import federation, one_line_error, run_local_and_ray, untimed
+from helpers import NARROW_CNN, federation, one_line_error, run_local_and_ray, untimed
 
 from fedsim.algorithms.simplex import (
     objective,
@@ -399,7 +400,7 @@ BASE = [
 
 
 def simulation(*overrides: str) -> Simulation:
-    sim = Simulation(load_config(None, [*BASE, *overrides]))
+    sim = Simulation(load_config(None, [*BASE, *NARROW_CNN, *overrides]))
     sim.worker_spec.num_threads = 1
     return sim
 
@@ -469,7 +470,8 @@ def test_a_centred_run_logs_its_terms():
 )
 def test_ray_pool_equals_the_local_executor(ray_cluster, ray_pool, extra):
     overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7", *extra]
-    local, pooled = run_local_and_ray(load_config(None, [*BASE, *overrides]), ray_pool)
+    narrow = [] if "model.name=mlp" in extra else list(NARROW_CNN)  # the MLP takes no channels
+    local, pooled = run_local_and_ray(load_config(None, [*BASE, *narrow, *overrides]), ray_pool)
     for key, value in local.state.items():  # the same bits, every entry of the state
         if isinstance(value, torch.Tensor):
             assert torch.equal(pooled.state[key], value), key
