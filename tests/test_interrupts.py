@@ -42,7 +42,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import lend_pool_to_runs, stderr_lines, untimed, wait_until_gone
+from helpers import NARROW_CNN, lend_pool_to_runs, stderr_lines, untimed, wait_until_gone
 
 from fedsim.checkpoint import latest_checkpoint, load_checkpoint
 from fedsim.cli import main
@@ -50,7 +50,8 @@ from fedsim.cli import main
 REPO = Path(__file__).resolve().parents[1]
 GUARD_S = 300  # a failure guard for a run that hangs, never a timing assertion
 ROUNDS = 8
-SMALL = ["data.num_clients=4", "data.max_samples=400"]
+# the narrow FedAvgCNN: a stop and its resume are the same path whatever the net's size
+SMALL = ["data.num_clients=4", "data.max_samples=400", *NARROW_CNN]
 ASYNC = ["asynchronous.enabled=true", "asynchronous.buffer_size=2",
          "system.speeds=slow_fraction:0.5,4"]  # fmt: skip
 # rounds short; checkpoint_every > rounds: only the stop writes a checkpoint mid-run. The

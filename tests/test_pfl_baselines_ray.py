@@ -1,13 +1,14 @@
 """The ten personalization baselines on the Ray worker-actor pool give the local executor's
 run to the bit: metrics of every round, the final server state and every client's state
 (resume to the bit is the contract test's, tests/test_algorithm_contract.py, for every
-registered algorithm). Tiny federations: 300 real digits, 4 clients, 2 rounds."""
+registered algorithm). Tiny federations: 300 real digits, 4 clients, 2 rounds, the narrow
+FedAvgCNN (FedBN: the narrow FedAvgCNNBN)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import run_local_and_ray, untimed
+from helpers import NARROW_CNN, run_local_and_ray, untimed
 
 from fedsim.config import load_config
 
@@ -22,6 +23,7 @@ BASE = [
     "client.lr=0.05",
     "runtime.executor=local",
     "runtime.device=cpu",
+    *NARROW_CNN,
 ]
 TEN = {
     "fedrep": [],

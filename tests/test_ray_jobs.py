@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import NARROW_CNN
 
 import ray_jobs.run_experiment as run_experiment_job
 from ray_jobs.reproduce import COLUMNS, RunSpec, aggregate, main, markdown_table
@@ -43,6 +44,7 @@ def test_reproduce_configs_x_seeds_on_a_cluster(ray_address, tmp_path):
         sys.executable, "-m", "ray_jobs.reproduce", "configs/quickstart.yaml", str(local_yaml),
         "--seeds", "0", "1", "--out", str(out), "--max-concurrent", "1",
         "rounds=1", "data.num_clients=4", "join_ratio=0.5", "data.partition.name=pathological",
+        *NARROW_CNN,  # the narrow FedAvgCNN: the job's table is the same for any net
     ]  # fmt: skip
     proc = subprocess.run(
         command, cwd=REPO, env=job_env(ray_address), capture_output=True, text=True, timeout=400

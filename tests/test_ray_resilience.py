@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from helpers import stderr_lines, untimed
+from helpers import NARROW_CNN, stderr_lines, untimed
 
 from fedsim.config import load_config
 from fedsim.errors import ConfigError
@@ -236,6 +236,7 @@ def small_config(*overrides: str):
             "data.partition.alpha=0.5",
             "rounds=3",
             "client.lr=0.05",
+            *NARROW_CNN,  # the narrow FedAvgCNN: a lost worker's share is any net's
             *overrides,
         ],
     )

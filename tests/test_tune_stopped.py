@@ -10,13 +10,15 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from helpers import NARROW_CNN
 
 from fedsim.config import load_config
 from fedsim.search.results import close_stopped_runs, collect_rows
 from fedsim.search.trial import SweepSettings, TuneReportSink, run_reporting
 from fedsim.tracking.report import REPORT_PLOTS
 
-TINY = ["rounds=3", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local"]
+# the narrow FedAvgCNN: a stopped trial's folder is the same for any net
+TINY = ["rounds=3", "data.num_clients=10", "join_ratio=0.2", "runtime.executor=local", *NARROW_CNN]
 
 
 @pytest.mark.slow
