@@ -256,9 +256,12 @@ FEDAVG_PATHOLOGICAL_ROUNDS = 5
 @pytest.fixture(scope="session")
 def fedavg_pathological(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
     """FedAvg on pathological mnist-5k (20 clients, 2 classes each, seed 0, lr 0.05, batch 10),
-    5 rounds: the baseline of the cwFedAvg, personalization and Local effect tests, run once.
+    the narrow FedAvgCNN (``helpers.NARROW_CNN``), 5 rounds: the baseline of the cwFedAvg and
+    Local effect tests (which run the same net), run once.
     Tests that use it carry ``@pytest.mark.xdist_group("fedavg_pathological")`` so that,
     under ``pytest -n``, one process runs it for all of them."""
+    from helpers import NARROW_CNN
+
     from fedsim.config import load_config
     from fedsim.experiment import run_experiment
 
@@ -271,6 +274,7 @@ def fedavg_pathological(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun
             "data.partition.classes_per_client=2",
             "client.lr=0.05",
             "runtime.executor=local",
+            *NARROW_CNN,
         ],
     )
     out = tmp_path_factory.mktemp("shared") / "fedavg-pathological"

@@ -3,13 +3,18 @@ replaced by FedAvg (the issue's effect tests). Hand computations: tests/test_pfl
 fidelity against PFLlib: benchmarks/results/personalization.md.
 
 Personalized algorithms: pathological mnist-5k (2,000 of its real digits, 20 clients with 2
-classes each, ~25 test digits a client), lr 0.05, batch 10, 1 local epoch, seed 0, 2 rounds;
-accuracy is the PFLlib protocol's (each client's personalized model on its own test split at
-the start of a round), best acc_weighted over rounds 0-2 (pFedMe and FedBABU, the costly
-ones: rounds 0-1). Measured on this machine: FedAvg 0.46; FedRep 0.79, LG-FedAvg 0.85,
-FedRoD 0.87, APFL 0.77, pFedMe 0.78, Per-FedAvg 0.74, FedBABU (2 fine-tune epochs) 0.87.
-The bar, 0.65 and 20 points above FedAvg, is asserted out of FedAvg's reach in the same run
-(acc_weighted over 500 test digits: binomial std <= 2.3 points, so 20 points is ~9 std).
+classes each, ~25 test digits a client), the narrow FedAvgCNN (``helpers.NARROW_CNN``), lr
+0.05, batch 10, 1 local epoch, 2 rounds; accuracy is the PFLlib protocol's (each client's
+personalized model on its own test split at the start of a round), best acc_weighted over
+rounds 0-2 (pFedMe and FedBABU, the costly ones: rounds 0-1). Measured on this machine,
+seeds 0 / 1 / 2: FedAvg 0.235 / 0.158 / 0.214; FedRep 0.710 / 0.621 / 0.654, LG-FedAvg 0.757
+/ 0.830 / 0.818, FedRoD 0.846 / 0.842 / 0.741, APFL 0.633 / 0.826 / 0.711, pFedMe 0.732 /
+0.791 / 0.766, Per-FedAvg 0.621 / 0.665 / 0.580, FedBABU (2 fine-tune epochs) 0.704 / 0.830
+/ 0.751. The bar, 0.50 and 20 points above FedAvg, is asserted out of FedAvg's reach in the
+same run (acc_weighted over 500 test digits: binomial std <= 2.3 points, so 20 points is ~9
+std). On PFLlib's widths (until 2026-12) seed 0 gave FedAvg 0.46 and the seven
+0.74-0.87 against a bar of 0.65: the narrow net learns slower in 2 rounds (FedAvg most), so
+the bar moved to 0.50, 26-34 points above FedAvg's best (it was 19 above).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import untimed
+from helpers import NARROW_CNN, untimed
 
 from fedsim.config import load_config
 from fedsim.data.datasets import ImageDataset
@@ -37,8 +42,9 @@ PATHOLOGICAL = [
     "data.partition.name=pathological",
     "data.partition.classes_per_client=2",
     "client.lr=0.05",
+    *NARROW_CNN,
 ]
-ACCURACY, MARGIN = 0.65, 0.20
+ACCURACY, MARGIN = 0.50, 0.20
 
 
 def run(overrides: list[str], data_hook=None, keep_store: bool = False) -> RunResult:
@@ -140,7 +146,8 @@ def test_fedbn_beats_fedavg_across_feature_domains():
     0.756, 0.600 / 0.784, 0.752 / 0.798 (seed 2's best, 4.6 points, under the 6 asserted).
     On label skew alone
     FedBN is FedAvg plus local statistics: PFLlib's own runs on pathological mnist-5k give
-    88.1 % against 87.7 % (benchmarks/results/personalization.md)."""
+    88.1 % against 87.7 % (benchmarks/results/personalization.md). PFLlib's widths: with the
+    narrow FedAvgCNNBN FedBN leads by only 2.4 / 3.2 / 3.2 points at round 1."""
     fedavg = run([*FEATURE_SHIFT, "algorithm.name=fedavg"], inverted_odd_clients)
     fedbn = run([*FEATURE_SHIFT, "algorithm.name=fedbn"], inverted_odd_clients, keep_store=True)
     for a, b in zip(fedavg.history[1:], fedbn.history[1:], strict=True):
@@ -162,6 +169,7 @@ MOON_RUN = [
     "data.partition.name=dirichlet",
     "data.partition.alpha=0.3",
     "client.lr=0.05",
+    *NARROW_CNN,  # the log 2 and the equality hold for any net
 ]
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from helpers import quickstart
+from helpers import NARROW_CNN, quickstart
 
 from fedsim.algorithms.base import ClientPlan
 from fedsim.algorithms.fedavg import FedAvg
@@ -24,7 +24,8 @@ from lightning_modules.hooks import ClientTerms
 @pytest.mark.slow
 def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
     """Measured final acc_weighted after 6 rounds, seeds 0 / 1 / 2: 0.906 / 0.890 / 0.920
-    (after 4: 0.867 / 0.849 / 0.885). No end-of-run plots (~2.5 CPU-s): test_report.py's."""
+    (after 4: 0.867 / 0.849 / 0.885). No end-of-run plots (~2.5 CPU-s): test_report.py's.
+    PFLlib's widths: the narrow FedAvgCNN ends at 0.875 / 0.854 / 0.870, too near the bar."""
     cfg = quickstart("rounds=6")
     result = run_experiment(cfg, tmp_path / "run", progress=False, report=False)
     assert result.summary["final"]["acc_weighted"] >= 0.85, result.summary
@@ -40,8 +41,11 @@ def test_fedavg_iid_reaches_85_percent_quickly(tmp_path):
 @pytest.mark.xdist_group("fedavg_pathological")
 def test_local_beats_fedavg_on_pathological_split(tmp_path, fedavg_pathological):
     """The effect the seeds start from: with 2 classes a client, a global model loses.
-    FedAvg's run (same data, seed, lr and rounds) is the shared one in conftest.py."""
-    common = ["rounds=5", "data.partition.name=pathological", "data.partition.classes_per_client=2"]
+    FedAvg's run (same data, net, seed, lr and rounds) is the shared one in conftest.py.
+    Measured on the narrow FedAvgCNN, seeds 0 / 1 / 2: Local 0.946 / 0.967 / 0.954, FedAvg
+    0.728 / 0.725 / 0.761 (asserted: Local > 0.9 and > FedAvg + 0.15)."""
+    common = ["rounds=5", "data.partition.name=pathological", "data.partition.classes_per_client=2",
+              *NARROW_CNN]  # fmt: skip
     cfg = quickstart(*common, "algorithm.name=local")
     local = run_experiment(cfg, tmp_path / "local", progress=False, report=False)
     f, lo = fedavg_pathological.best(rounds=5), local.summary["best"]["acc_weighted"]
@@ -59,6 +63,7 @@ def test_same_seed_same_summary(tmp_path, monkeypatch):
         "data.num_clients=6",
         "data.max_samples=1000",
         "join_ratio=0.5",
+        *NARROW_CNN,
         "--no-progress",
     ]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
@@ -70,7 +75,8 @@ def test_same_seed_same_summary(tmp_path, monkeypatch):
 
 
 # cohorts and shares are bookkeeping, not learning: 1,000 digits (~75 to train a client) will do
-SMALL_COHORTS = ("rounds=2", "data.num_clients=10", "data.max_samples=1000", "join_ratio=0.3")
+SMALL_COHORTS = ("rounds=2", "data.num_clients=10", "data.max_samples=1000", "join_ratio=0.3",
+                 *NARROW_CNN)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -143,7 +149,12 @@ POISONED = "algorithm.name=test_simulation:PoisonedFedAvg"
 def test_non_finite_client_left_out_and_reported(tmp_path):
     """Leaving out is bookkeeping, not learning: 600 digits (~75 to train a client) will do."""
     cfg = quickstart(
-        "rounds=2", "data.num_clients=6", "data.max_samples=600", POISONED, "algorithm.clients=[4]"
+        "rounds=2",
+        "data.num_clients=6",
+        "data.max_samples=600",
+        POISONED,
+        "algorithm.clients=[4]",
+        *NARROW_CNN,
     )
     result = run_experiment(cfg, tmp_path / "run", progress=False, report=False)
     assert [h.get("failed_clients") for h in result.history] == [[4], [4], None]
@@ -158,6 +169,7 @@ def test_too_many_failures_stop_the_run(tmp_path):
         POISONED,
         "algorithm.clients=[0, 1, 2]",
         "max_failed_fraction=0.5",
+        *NARROW_CNN,
     )
     with pytest.raises(ClientFailureError, match=r"round 0: 3 of 4 clients.*\[0, 1, 2\]"):
         run_experiment(cfg, tmp_path / "run", progress=False)
