@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import FixedProbe, federation, lent_ray_executor, run_round
+from helpers import NARROW_CNN, FixedProbe, federation, lent_ray_executor, run_round
 
 from fedsim.algorithms.base import ClientInfo, FederationInfo
 from fedsim.algorithms.fedprox import FedProx
@@ -303,6 +303,7 @@ def test_fedvg_round_on_real_data_scores_where_the_workers_are(data):
             "join_ratio=0.3",
             "client.lr=0.05",
             "data.num_clients=10",
+            *NARROW_CNN,  # where the scores run, not the net
         ],
     )
     sim = Simulation(cfg, data=data)
@@ -355,6 +356,7 @@ def test_scaffold_with_fedvg_and_a_public_val_set_on_ray_equals_local(ray_pool, 
             "runtime.executor=ray",
             "runtime.workers=2",
             "runtime.cpus_per_worker=0.5",
+            *NARROW_CNN,
         ],
     )
     sim = Simulation(cfg, data=data)
