@@ -294,18 +294,9 @@ def _real_federation(data: FederatedData) -> FederationInfo:
 
 
 def test_fedvg_round_on_real_data_scores_where_the_workers_are(data):
-    cfg = load_config(
-        None,
-        [
-            "algorithm.name=fedvg",
-            "algorithm.val_samples=64",
-            "rounds=1",
-            "join_ratio=0.3",
-            "client.lr=0.05",
-            "data.num_clients=10",
-            *NARROW_CNN,  # where the scores run, not the net
-        ],
-    )
+    overrides = ["algorithm.name=fedvg", "algorithm.val_samples=64", "rounds=1", "join_ratio=0.3",
+                 "client.lr=0.05", "data.num_clients=10"]  # fmt: skip
+    cfg = load_config(None, [*overrides, *NARROW_CNN])  # where the scores run, not the net
     sim = Simulation(cfg, data=data)
     plan = sim.algorithm.client_start({"params": sim.initial_params}, {}, None, _client(sim, 0))
     assert len(plan.train_indices) == len(data.clients[0].train) - math.floor(
