@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import NARROW_CNN
 
 from fedsim.config import AttackConfig, load_config
 from fedsim.deployment.attacks import LabelFlipped, attackers, corrupt_delta
@@ -23,6 +24,7 @@ TINY = [
     "client.lr=0.05",
     "runtime.executor=local",
     "runtime.device=cpu",
+    *NARROW_CNN,  # the runs check who attacks and when, not the net
 ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import lent_ray_executor, refused_check, untimed
+from helpers import NARROW_CNN, lent_ray_executor, refused_check, untimed
 
 from fedsim.algorithms.base import ModelUpload
 from fedsim.config import load_config
@@ -94,6 +94,7 @@ TINY = [
     "client.lr=0.05",
     "runtime.executor=local",
     "runtime.device=cpu",
+    *NARROW_CNN,  # the pipeline's order, identity and resume: not about the net
 ]
 
 

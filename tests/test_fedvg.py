@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import FixedProbe, federation, lent_ray_executor, run_round
+from helpers import NARROW_CNN, FixedProbe, federation, lent_ray_executor, run_round
 
 from fedsim.algorithms.base import ClientInfo, FederationInfo
 from fedsim.algorithms.fedprox import FedProx
@@ -294,17 +294,9 @@ def _real_federation(data: FederatedData) -> FederationInfo:
 
 
 def test_fedvg_round_on_real_data_scores_where_the_workers_are(data):
-    cfg = load_config(
-        None,
-        [
-            "algorithm.name=fedvg",
-            "algorithm.val_samples=64",
-            "rounds=1",
-            "join_ratio=0.3",
-            "client.lr=0.05",
-            "data.num_clients=10",
-        ],
-    )
+    overrides = ["algorithm.name=fedvg", "algorithm.val_samples=64", "rounds=1", "join_ratio=0.3",
+                 "client.lr=0.05", "data.num_clients=10"]  # fmt: skip
+    cfg = load_config(None, [*overrides, *NARROW_CNN])  # where the scores run, not the net
     sim = Simulation(cfg, data=data)
     plan = sim.algorithm.client_start({"params": sim.initial_params}, {}, None, _client(sim, 0))
     assert len(plan.train_indices) == len(data.clients[0].train) - math.floor(
@@ -355,6 +347,7 @@ def test_scaffold_with_fedvg_and_a_public_val_set_on_ray_equals_local(ray_pool, 
             "runtime.executor=ray",
             "runtime.workers=2",
             "runtime.cpus_per_worker=0.5",
+            *NARROW_CNN,
         ],
     )
     sim = Simulation(cfg, data=data)

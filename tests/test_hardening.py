@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import invoke_cli, one_line_error, refused_check, stderr_lines, untimed
+from helpers import NARROW_CNN, invoke_cli, one_line_error, refused_check, stderr_lines, untimed
 
 from fedsim.cli import main
 from fedsim.config import load_config
@@ -32,7 +32,8 @@ from fedsim.tracking.report import CLIENT_COLUMNS, load_run
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
-SMALL = [  # rounds given by each test
+SMALL = [  # rounds given by each test; the narrow FedAvgCNN: none is about the net
+    *NARROW_CNN,
     "data.num_clients=4",
     "data.max_samples=400",
     "runtime.executor=local",

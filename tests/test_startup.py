@@ -7,13 +7,16 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import NARROW_CNN
 
 from fedsim.config import load_config
 from fedsim.early_start import start_early
 from fedsim.startup_timeline import startup_seconds
 
 QUICKSTART = Path(__file__).parents[1] / "configs" / "quickstart.yaml"
-QUICK = [str(QUICKSTART), "rounds=1", "data.num_clients=4", "data.max_samples=800", "--no-progress"]
+# the narrow FedAvgCNN: start-up and clean-up are not about the net
+QUICK = [str(QUICKSTART), "rounds=1", "data.num_clients=4", "data.max_samples=800",
+         *NARROW_CNN, "--no-progress"]  # fmt: skip
 STEPS = [
     "ray_start_began_s",
     "ray_started_s",
@@ -24,7 +27,7 @@ STEPS = [
 ]
 
 
-SMALL = ["data.max_samples=400", "data.num_clients=4"]
+SMALL = ["data.max_samples=400", "data.num_clients=4", *NARROW_CNN]
 
 
 @pytest.mark.parametrize(
