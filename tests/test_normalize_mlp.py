@@ -81,7 +81,8 @@ def test_text_data_and_unknown_statistics_refuse_in_one_line():
         ("data.normalize=zscore", "data.normalize"),
         ("model.hidden=[0]", "model.hidden"),
         ("model.hidden=[]", "model.hidden"),
-        ("model.hidden=[64]", "model.hidden"),  # fedavg_cnn has no hidden sizes
+        ("model.hidden=[64,32]", "model.hidden"),  # fedavg_cnn has one hidden layer
+        ("model.name=femnist_cnn model.hidden=[64]", "model.hidden"),  # it has no option
     ],
 )
 def test_bad_values_are_one_line_errors(overrides, key, capsys, tmp_path):

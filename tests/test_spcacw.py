@@ -400,7 +400,8 @@ BASE = [
 
 
 def simulation(*overrides: str) -> Simulation:
-    sim = Simulation(load_config(None, [*BASE, *NARROW_CNN, *overrides]))
+    narrow = [] if "model.name=mlp" in overrides else list(NARROW_CNN)  # the MLP takes no channels
+    sim = Simulation(load_config(None, [*BASE, *narrow, *overrides]))
     sim.worker_spec.num_threads = 1
     return sim
 
