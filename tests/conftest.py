@@ -205,15 +205,23 @@ def ray_pool(session_pool_holder: dict[str, Any]) -> dict[str, Any]:
     costs ~7 s of CPU: every actor imports torch and Lightning) and handed from module to
     module; a run that loses them (a failure closes its executor) leaves the holder empty
     and the next module starts new ones; a pool handed back short of a worker (a test
-    that killed one: tests/test_ray_resilience.py) gets its missing actor here. They hold
+    that killed one: tests/test_ray_resilience.py) gets its missing actor here. They carry
+    the example package (``examples/fedsim_plugins``), which user-module runs import. They hold
     ``SESSION_POOL_CPUS`` of the cluster's CPUs for the whole session; the cluster has that
     many more than the 2 the tests' own pools and drivers count on."""
+    import time
+
     from fedsim.config import RuntimeConfig
-    from fedsim.runtime.pool_start import start_pool
+    from fedsim.runtime.pool_start import create_pool, start_ray
+    from fedsim.runtime.shipping import ship_py_modules
 
     if "pool" not in session_pool_holder:
         runtime = RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5)
-        session_pool_holder["pool"] = start_pool(runtime)
+        # the example package ships with them: a module whose runs name its classes
+        # (tests/test_own_module_contract.py) keeps them, and so does every run after it
+        examples = ship_py_modules([str(REPO / "examples" / "fedsim_plugins")])
+        session_pool_holder["pool"] = create_pool(runtime, start_ray(runtime), time.time(),
+                                                  runtime_env=examples)  # fmt: skip
     pool = session_pool_holder["pool"]
     if len(pool.actors) < pool.plan.workers:
         actor_class = pool.actor_class(pool.runtime_env or None)

@@ -206,6 +206,22 @@ def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
         assert [h["num_trained"] for h in plain.run(pool).history] == [6, 6, 0]
 
 
+def test_shipped_modules_leave_bytecode_behind(ray_cluster, tmp_path):
+    """A bytecode cache written between two runs (Python writes one on import) neither
+    travels nor changes what is shipped: the same upload, so a pool keeps its actors."""
+    from fedsim.runtime.shipping import ship_py_modules
+
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    before = ship_py_modules([str(package)])
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"stale")
+    assert ship_py_modules([str(package)]) == before
+    (package / "__init__.py").write_text("VALUE = 2\n")
+    assert ship_py_modules([str(package)]) != before  # the source itself does count
+
+
 def made_class(module: str, name: str, params: object = None, base: type | None = None) -> type:
     """An algorithm class as if written in ``module`` (not registered)."""
     from fedsim.algorithms.fedavg import FedAvg

@@ -16,6 +16,10 @@ from fedsim.data.federated import FederatedData
 from fedsim.plugins import is_import_path, plugin_paths
 from fedsim.runtime.worker import WorkerSpec
 
+# bytecode caches: each worker compiles its own, and one written here between two runs would
+# change the upload's content hash (a new upload, and pool actors started again for it)
+NOT_SHIPPED = ("__pycache__", "*.pyc")
+
 
 def plugin_runtime_env(spec: WorkerSpec, data: FederatedData) -> dict[str, Any]:
     """``runtime_env`` that ships the user's modules (config import paths) to the workers.
@@ -39,14 +43,16 @@ def ship_py_modules(paths: list[str]) -> dict[str, Any]:
     into the cluster's object store (content-hashed, uploaded once) and pass the URIs, which
     every node unpacks onto its workers' ``sys.path``. Where Ray's uploader is not there
     (its module is private), the folders go on the workers' ``PYTHONPATH``: enough on one
-    machine or a shared filesystem.
+    machine or a shared filesystem. Bytecode caches are not shipped (``NOT_SHIPPED``).
     """
     try:
         from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
 
         with tempfile.TemporaryDirectory(prefix="fedsim-py-modules-") as scratch:
             env = upload_py_modules_if_needed(
-                {"py_modules": list(paths)}, include_gitignore=True, scratch_dir=scratch
+                {"py_modules": list(paths), "excludes": list(NOT_SHIPPED)},
+                include_gitignore=True,
+                scratch_dir=scratch,
             )
         return {"py_modules": list(env["py_modules"])}
     except (ImportError, TypeError):
