@@ -23,21 +23,19 @@ HIDDEN = (512,)  # PFLlib's hidden fully connected layer
 
 def checked_widths(channels: Sequence[int], hidden: Sequence[int]) -> tuple[int, int, int]:
     """(conv1 filters, conv2 filters, hidden units); ConfigError naming the key otherwise."""
-
-    def sizes(value: Sequence[int], n: int) -> bool:
-        return (
-            isinstance(value, Sequence) and len(value) == n
+    for key, value, n, allowed in (
+        ("model.args.channels", channels, 2,
+         "two integers >= 1: the filters of the two convolutions (default [32, 64])"),
+        ("model.hidden", hidden, 1,
+         "one integer >= 1 in a list: the hidden fully connected layer's size (default [512])"),
+    ):  # fmt: skip
+        if not (
+            isinstance(value, Sequence)
+            and len(value) == n
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-        )  # fmt: skip
-
-    if not sizes(channels, 2):
-        raise ConfigError("model.args.channels", list(channels) if isinstance(
-            channels, Sequence) else channels, "two integers >= 1: the filters of the two "
-            "convolutions (default [32, 64])")  # fmt: skip
-    if not sizes(hidden, 1):
-        raise ConfigError("model.hidden", list(hidden) if isinstance(hidden, Sequence) else
-                          hidden, "one integer >= 1 in a list: the hidden fully connected "
-                          "layer's size (default [512])")  # fmt: skip
+        ):
+            shown = list(value) if isinstance(value, (list, tuple)) else value
+            raise ConfigError(key, shown, allowed)
     return channels[0], channels[1], hidden[0]
 
 
