@@ -6,7 +6,6 @@ line for what fedsim cannot honour."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import NARROW_CNN, quickstart, untimed
+from helpers import NARROW_CNN, lent_ray_executor, quickstart, untimed
 from torch import nn
 
 from fedsim.errors import ConfigError
@@ -116,20 +115,17 @@ def test_plain_module_derives_its_blocks_for_fedper(tmp_path):
 
 
 @pytest.mark.slow
-def test_plain_module_on_the_ray_pool_equals_the_local_executor(ray_cluster):
-    from fedsim.runtime.ray_executor import RayExecutor
-
+def test_plain_module_on_the_ray_pool_equals_the_local_executor(ray_pool):
+    """On the session's lent worker actors (two, half a CPU each), which carry the example
+    package the module is in (conftest ``ray_pool``); shipping it to actors started without
+    it: tests/test_plugins.py."""
     torch.set_num_threads(1)
     cfg = quickstart(*TINY, *OWN, "client.epochs=2")
     local_sim = Simulation(cfg)
     local = local_sim.run(LocalExecutor(local_sim.worker_spec, local_sim.data))
     sim = Simulation(cfg)
-    runtime = dataclasses.replace(cfg.runtime, executor="ray", workers=2, cpus_per_worker=0.5)
-    pool = RayExecutor(runtime, sim.worker_spec, sim.data)
-    try:
+    with lent_ray_executor(sim, ray_pool) as pool:
         on_ray = sim.run(pool)
-    finally:
-        pool.close()
     assert untimed(on_ray.history) == untimed(local.history)
 
 
