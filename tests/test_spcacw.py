@@ -9,6 +9,7 @@ equalities, not accuracies), seconds each.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import numpy as np
@@ -399,9 +400,14 @@ BASE = [
 ]
 
 
+def with_net(overrides: Sequence[str]) -> list[str]:
+    """BASE + ``overrides`` on the narrow FedAvgCNN, or on the MLP they name (no channels)."""
+    narrow = [] if "model.name=mlp" in overrides else list(NARROW_CNN)
+    return [*BASE, *narrow, *overrides]
+
+
 def simulation(*overrides: str) -> Simulation:
-    narrow = [] if "model.name=mlp" in overrides else list(NARROW_CNN)  # the MLP takes no channels
-    sim = Simulation(load_config(None, [*BASE, *narrow, *overrides]))
+    sim = Simulation(load_config(None, with_net(overrides)))
     sim.worker_spec.num_threads = 1
     return sim
 
@@ -471,8 +477,7 @@ def test_a_centred_run_logs_its_terms():
 )
 def test_ray_pool_equals_the_local_executor(ray_cluster, ray_pool, extra):
     overrides = ["rounds=1", "algorithm.targets=[0,3]", "algorithm.participation=0.7", *extra]
-    narrow = [] if "model.name=mlp" in extra else list(NARROW_CNN)  # the MLP takes no channels
-    local, pooled = run_local_and_ray(load_config(None, [*BASE, *narrow, *overrides]), ray_pool)
+    local, pooled = run_local_and_ray(load_config(None, with_net(overrides)), ray_pool)
     for key, value in local.state.items():  # the same bits, every entry of the state
         if isinstance(value, torch.Tensor):
             assert torch.equal(pooled.state[key], value), key
