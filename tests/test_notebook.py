@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -58,6 +59,17 @@ def ended_early(run_dir: Path, out: Path) -> Path:
     return out
 
 
+def execute(notebook: Any) -> Any:
+    """Run every cell (CellExecutionError on a failing one). A cell's printed output may
+    reach the client after the cell's reply: nbclient waits 4 s for it by default and then
+    drops it silently, which on a loaded machine lost a line these tests read. Wait up to
+    60 s, and fail rather than drop it."""
+    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", iopub_timeout=60,
+                            raise_on_iopub_timeout=True,
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    return notebook
+
+
 def outputs(notebook, needle: str | None = None) -> str:
     """The text of every code cell's outputs (of the cells whose source holds ``needle``)."""
     return "\n".join(
@@ -78,14 +90,7 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     ]
     monkeypatch.setenv("FEDSIM_RUNS", os.pathsep.join(str(p) for p in folders))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # inline figures in the kernel
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook,
-        timeout=180,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
-    )
-    client.execute()  # raises CellExecutionError on any failing cell
+    notebook = execute(nbformat.read(NOTEBOOK, as_version=4))
     text = outputs(notebook)
     assert "5 run folder(s)" in text
     for name in ("tiny-fedavg", "tiny-cwfedavg", "tiny-ended-early"):
@@ -131,9 +136,7 @@ def test_every_panel_reads_fedsim_metric(runs, tmp_path, monkeypatch):
     (run / "summary.json").write_text(json.dumps(summary))
     monkeypatch.setenv("FEDSIM_RUNS", str(run))
     monkeypatch.setenv("FEDSIM_METRIC", "perplexity")
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    notebook = execute(nbformat.read(NOTEBOOK, as_version=4))
     text = outputs(notebook)
     assert "per-client panels: perplexity of ['tiny-lm']" in text
     assert "perplexity panels: trained clients (test)\n" in text  # no empty held-out panel
