@@ -219,7 +219,9 @@ def ray_pool(session_pool_holder: dict[str, Any]) -> dict[str, Any]:
         runtime = RuntimeConfig(executor="ray", workers=2, cpus_per_worker=0.5)
         # the example package ships with them: a module whose runs name its classes
         # (tests/test_own_module_contract.py) keeps them, and so does every run after it
-        examples = ship_py_modules([str(REPO / "examples" / "fedsim_plugins")])
+        # (and the test classes of tests/pool_classes.py: tests/test_ray_executor.py's runs)
+        examples = ship_py_modules([str(REPO / "examples" / "fedsim_plugins"),
+                                    str(REPO / "tests" / "pool_classes.py")])  # fmt: skip
         session_pool_holder["pool"] = create_pool(runtime, start_ray(runtime), time.time(),
                                                   runtime_env=examples)  # fmt: skip
     pool = session_pool_holder["pool"]

@@ -206,6 +206,19 @@ def test_ray_pool_ships_the_plugins_to_its_workers(ray_cluster):
         assert [h["num_trained"] for h in plain.run(pool).history] == [6, 6, 0]
 
 
+def test_actors_carrying_more_modules_serve_a_run_that_needs_fewer():
+    """Uploads are per module: actors started with two packages keep serving a run that
+    ships one of them; a run needing a module they lack gets new actors."""
+    from fedsim.runtime.shipping import carries
+
+    both = {"py_modules": ["gcs://_ray_pkg_a.zip", "gcs://_ray_pkg_b.zip"]}
+    assert carries(both, {"py_modules": ["gcs://_ray_pkg_b.zip"]})
+    assert not carries({"py_modules": ["gcs://_ray_pkg_a.zip"]}, both)
+    assert not carries({}, {"py_modules": ["gcs://_ray_pkg_a.zip"]})
+    on_path = {"env_vars": {"PYTHONPATH": "/home/me/mine:${PYTHONPATH}"}}  # no uploader
+    assert carries(on_path, on_path) and not carries(both, on_path)
+
+
 def test_shipped_modules_leave_bytecode_behind(ray_cluster, tmp_path):
     """A bytecode cache written between two runs (Python writes one on import) neither
     travels nor changes what is shipped: the same upload, so a pool keeps its actors."""

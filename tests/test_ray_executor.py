@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import sys
 
 import numpy as np
 import psutil
 import pytest
 import torch
 from helpers import NARROW_CNN, lent_ray_executor, untimed, wait_until_gone
-from ray import cloudpickle as ray_cloudpickle
+from pool_classes import FedAvgWithMemory
 
-from fedsim.algorithms.fedavg import FedAvg
 from fedsim.client_work import LocalWork
 from fedsim.config import RuntimeConfig, load_config
 from fedsim.errors import ConfigError
@@ -134,17 +132,6 @@ def test_tensors_travel_as_numpy_and_come_back_as_tensors():
 # ------------------------------------------------------------------ gradient tasks (no Ray)
 
 
-class FedAvgWithMemory(FedAvg):
-    """FedAvg whose clients also keep their last model and a count: state that must survive."""
-
-    def client_finish(self, plan, trained, state, client):
-        update = super().client_finish(plan, trained, state, client)
-        update.state = {"params": trained, "rounds": (state or {}).get("rounds", 0) + 1}
-        return update
-
-
-# Ray workers cannot import this test module: send the class itself, not its import path.
-ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +193,12 @@ def assert_same_run(got, want) -> None:
 @pytest.fixture(scope="module")
 def pool(ray_pool, sim):
     """The session's lent worker actors (conftest ``ray_pool``: two at half a CPU each, still
-    one torch thread each) for the whole module: a 1-worker pool fits next to them."""
+    one torch thread each) for the whole module: a 1-worker pool fits next to them. They
+    carry ``FedAvgWithMemory``'s module (tests/pool_classes.py) with the example package, so
+    the runs keep them: no actor starts again."""
+    lent = [actor._actor_id for actor in ray_pool["pool"].actors]
     executor = lent_ray_executor(sim, ray_pool)
+    assert [actor._actor_id for actor in executor._actors] == lent
     yield executor
     executor.close()
 

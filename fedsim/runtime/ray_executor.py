@@ -25,7 +25,7 @@ from fedsim.data.federated import FederatedData
 from fedsim.runtime.executor import Executor
 from fedsim.runtime.pool_start import StartedPool, kill_actor, start_pool
 from fedsim.runtime.scheduling import assign_balanced
-from fedsim.runtime.shipping import plugin_runtime_env
+from fedsim.runtime.shipping import carries, plugin_runtime_env
 from fedsim.runtime.task_cost import task_cost
 from fedsim.runtime.worker import (
     Task,
@@ -75,9 +75,9 @@ class RayExecutor(Executor):
             self._data_ref = ray.put(data)  # once; actors read zero-copy views of its arrays
             self._spec_ref = ray.put(self._spec)
             needed = plugin_runtime_env(spec, data)
-            # actors without this run's user modules start again with them; a run of
-            # fedsim's own code keeps actors that carry some (nothing there imports them)
-            if needed and needed != self._pool.runtime_env:
+            # actors without this run's user modules start again with them; actors that
+            # carry them (and maybe more: nothing imports the rest) are kept
+            if needed and not carries(self._pool.runtime_env, needed):
                 for actor in self._pool.actors:
                     kill_actor(actor)
                 self._pool.runtime_env = needed

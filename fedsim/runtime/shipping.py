@@ -58,3 +58,13 @@ def ship_py_modules(paths: list[str]) -> dict[str, Any]:
     except (ImportError, TypeError):
         folders = list(dict.fromkeys(str(Path(p).parent) for p in paths))
         return {"env_vars": {"PYTHONPATH": os.pathsep.join([*folders, "${PYTHONPATH}"])}}
+
+
+def carries(started_with: dict[str, Any], needed: dict[str, Any]) -> bool:
+    """Do actors started with the runtime_env ``started_with`` import every module a run
+    that ships ``needed`` uses? Uploads are content-hashed per module, so actors that carry
+    more (a pool started for several packages) serve it as they are; a ``PYTHONPATH``
+    environment (no uploader) must be the same."""
+    if set(needed) - {"py_modules"}:
+        return started_with == needed
+    return set(needed.get("py_modules", ())) <= set(started_with.get("py_modules", ()))
