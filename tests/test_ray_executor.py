@@ -132,8 +132,6 @@ def test_tensors_travel_as_numpy_and_come_back_as_tensors():
 # ------------------------------------------------------------------ gradient tasks (no Ray)
 
 
-
-
 @pytest.fixture(scope="module")
 def sim() -> Simulation:
     """2,000 digits, 10 clients, 60% sampled, 3 rounds; FedAvg plus a client state."""
