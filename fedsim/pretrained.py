@@ -226,13 +226,20 @@ def is_without_weights(module: Any) -> bool:
 
 @functools.lru_cache(maxsize=2)
 def _frozen_base(key: str, source: str, dtype: str = "float32") -> Any:
+    """The weights loaded onto the config ``_frozen_structure`` read (cached: the config
+    check of ``model.args.rank`` usually read it first). A GGUF file's config is its whole
+    metadata, tokenizer included: parsing it again cost ~3.5 CPU-s of SmolLM2's ~15."""
+    import copy
+
     import torch
     import transformers
 
     where = resolve(key, source)
+    config = copy.deepcopy(_frozen_structure(key, source, dtype).config)  # the model sets keys
     load = functools.partial(
-        transformers.AutoModelForCausalLM.from_pretrained, dtype=getattr(torch, dtype)
-    )
+        transformers.AutoModelForCausalLM.from_pretrained, config=config,
+        dtype=getattr(torch, dtype),
+    )  # fmt: skip
     if where.hub:
         model = _from_hub(key, where, load)
     else:

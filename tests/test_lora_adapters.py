@@ -294,3 +294,27 @@ def test_smollm2_from_the_installed_package_is_a_pretrained_model():
     with torch.no_grad():
         perplexity = torch.nn.functional.cross_entropy(module.eval()(x), y).exp()
     assert perplexity < 100  # 37.6 measured; a random model of 49,152 tokens: ~50,000
+
+
+def test_the_weights_load_onto_the_config_the_rank_check_read(tmp_path, monkeypatch):
+    """A GGUF file's config is all of its metadata, tokenizer included (SmolLM2's took ~3.5
+    CPU-s to parse): the rank check reads it, the weights load onto that config, and they are
+    the weights transformers loads on its own."""
+    import transformers
+
+    from fedsim.pretrained import check_lora_rank, load_frozen_base
+
+    source = str(build_tiny_model(tmp_path / "tiny"))  # a folder no earlier test cached
+    check_lora_rank({"source": source, "rank": 2})
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("the config was read again")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", read_again)
+    base = load_frozen_base("model.args.source", source)
+    monkeypatch.undo()
+    alone = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    assert base.config.to_dict() == alone.config.to_dict()
+    mine, theirs = base.state_dict(), alone.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
