@@ -5,6 +5,7 @@ a second seed of one of them (mean ± std), and a run that ended before its firs
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -62,12 +63,32 @@ def ended_early(run_dir: Path, out: Path) -> Path:
 def execute(notebook: Any) -> Any:
     """Run every cell (CellExecutionError on a failing one). A cell's printed output may
     reach the client after the cell's reply: nbclient waits 4 s for it by default and then
-    drops it silently, which on a loaded machine lost a line these tests read. Wait up to
-    60 s, and fail rather than drop it."""
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", iopub_timeout=60,
-                            raise_on_iopub_timeout=True,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    drops it silently; here it waits up to 60 s and fails rather than drop it. Twice in ~10
+    CI runs on a loaded machine a cell that always prints still came back without any
+    printed output (no timeout: the kernel's message was lost, not late). Then the notebook
+    runs once more, and that run is the one the test reads."""
+    source = copy.deepcopy(notebook)
+    for attempt in (1, 2):
+        notebook = copy.deepcopy(source)
+        nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", iopub_timeout=60,
+                                raise_on_iopub_timeout=True,
+                                resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+        lost = silent_printing_cells(notebook)
+        if not lost:
+            break
+        print(f"run {attempt}: cells {lost} print at top level but came back with no output")
     return notebook
+
+
+def silent_printing_cells(notebook: Any) -> list[int]:
+    """Code cells with a top-level (always run) print whose outputs hold no printed text."""
+    return [
+        index
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        and any(line.startswith("print(") for line in cell.source.splitlines())
+        and not any(output.get("output_type") == "stream" for output in cell.get("outputs", []))
+    ]
 
 
 def outputs(notebook, needle: str | None = None) -> str:
@@ -101,7 +122,8 @@ def test_analysis_notebook_executes_and_compares_runs(runs, tmp_path, monkeypatc
     one_run = json.loads((runs["cwfedavg"] / "summary.json").read_text())["best"]
     assert f"{one_run['acc_weighted']:.4f}" in comparison  # its mean alone
     assert comparison.count("±") >= 5, comparison  # fedavg's two seeds: every column
-    assert "no client rows: ['tiny-ended-early']" in text
+    rows = [line for line in text.splitlines() if line.startswith("no client rows")]
+    assert rows == ["no client rows: ['tiny-ended-early']"], outputs(notebook, "no client rows")
     hurt = outputs(notebook, "clients_hurt(")  # against the first run with client rows
     assert hurt.count("% within noise") == 3 and "(final round)" in hurt, hurt  # each other run
     assert "runs with a clock: none" in text  # these runs have no clock: against rounds
