@@ -64,9 +64,10 @@ def execute(notebook: Any) -> Any:
     """Run every cell (CellExecutionError on a failing one). A cell's printed output may
     reach the client after the cell's reply: nbclient waits 4 s for it by default and then
     drops it silently; here it waits up to 60 s and fails rather than drop it. Twice in ~10
-    CI runs on a loaded machine a cell that always prints still came back without any
-    printed output (no timeout: the kernel's message was lost, not late). Then the notebook
-    runs once more, and that run is the one the test reads."""
+    CI runs on a loaded machine the line of a cell that always prints was still missing from
+    what the test read, with no timeout. If such a cell comes back with no printed text at
+    all, the kernel's message was lost, not the notebook's result: the notebook runs once
+    more, and that run is the one the test reads (a wrong line still fails)."""
     source = copy.deepcopy(notebook)
     for attempt in (1, 2):
         notebook = copy.deepcopy(source)
